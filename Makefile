@@ -1,0 +1,67 @@
+# gpumem: `make demo` runs the demo, `make test` runs the test suite.
+CC       ?= cc
+CXX      ?= c++
+CUDA_HOME ?= /usr/local/cuda
+WARN     := -std=c99 -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wstrict-prototypes -Werror
+CFLAGS   ?= -O2 -g
+LDLIBS   := -pthread
+CUDA_INC := -isystem $(CUDA_HOME)/include
+CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+
+TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
+B        := build
+
+.PHONY: all test test-sim test-cuda asan tsan demo bench compile-check clean
+all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo
+
+$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+$(B)/cpp/compile_cpp: tests/compile_cpp.cc gpumem.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++11 -Wall -Wextra -Wpedantic -Werror -O1 -I. $< -o $@ $(LDLIBS)
+
+$(B)/demo: examples/demo.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(B)/demo-cuda: examples/demo.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+# The suite: every test on the sim backend, the C++ build, and the CUDA
+# build of every test (which skips itself where there is no device).
+test: $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
+	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
+
+test-sim: $(addprefix $(B)/sim/,$(TESTS))
+	@sh tools/run-tests.sh $^
+
+test-cuda: $(addprefix $(B)/cuda/,$(TESTS))
+	@sh tools/run-tests.sh $^
+
+# Sanitizer builds of the whole sim suite.
+asan:
+	$(MAKE) --no-print-directory B=$(B)/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test-sim
+tsan:
+	$(MAKE) --no-print-directory B=$(B)/tsan CFLAGS="-O1 -g -fsanitize=thread" test-sim
+
+# The header alone, with every warning, in each language and compiler here.
+compile-check:
+	@printf '#define GPUMEM_IMPLEMENTATION\n#include "gpumem.h"\nint main(void){return 0;}\n' > $(B)/cc.c 2>/dev/null || (mkdir -p $(B) && printf '#define GPUMEM_IMPLEMENTATION\n#include "gpumem.h"\nint main(void){return 0;}\n' > $(B)/cc.c)
+	gcc $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-gcc.o
+	gcc $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-gcc-cuda.o
+	gcc $(WARN) -std=c11 -DNDEBUG -I. -c $(B)/cc.c -o $(B)/cc-gcc-c11.o
+	if command -v clang >/dev/null; then clang $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-clang.o && clang $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-clang-cuda.o; fi
+	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
+
+demo: $(B)/demo
+	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi
+
+clean:
+	rm -rf $(B)

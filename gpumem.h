@@ -1,0 +1,2747 @@
+/* gpumem.h -- a caching allocator for GPU memory, in one C header.
+
+    Do this in ONE C or C++ file of your project:
+
+        #define GPUMEM_IMPLEMENTATION
+        #include "gpumem.h"
+
+    and include "gpumem.h" without the define everywhere else. In that one
+    file include it before any system header (it defines _GNU_SOURCE for
+    mmap and clock_gettime), or build with -D_GNU_SOURCE. Link with
+    -pthread. The simulated backend ("sim") is always built; define
+    GPUMEM_CUDA before the include (or with -DGPUMEM_CUDA) to build the CUDA
+    backend too, and link with -lcudart.
+
+    Optional overrides, before the implementation include:
+        GPUMEM_STATIC             make every public function static
+        GPUMEM_MALLOC(n) / GPUMEM_FREE(p)   host allocation (both or neither)
+        GPUMEM_ASSERT(c)          internal assertions (default: assert)
+        GPUMEM_DEBUG              misuse (double free, foreign pointer, bad
+                                  stream) also asserts, on top of the error
+
+    QUICK START
+    ===========
+        gm_context* ctx;
+        gm_result r = gm_setup(&ctx, &(gm_desc){ .device_budget = 8ull << 30 });
+        if (r != GM_OK) { puts(gm_result_string(r)); return 1; }
+        void* p;
+        gm_alloc(ctx, &p, 1 << 20, NULL);   // NULL: the default stream
+        ...use p on the default stream...
+        gm_free(ctx, p);                    // cached: the next gm_alloc of
+                                            // this size reuses it at once
+        char buf[8192];
+        gm_summary(ctx, buf, sizeof buf); puts(buf);
+        gm_shutdown(ctx);
+
+    Every fallible call returns a gm_result (GM_OK is 0, errors are
+    negative) and writes its outputs through pointers. gm_result_string()
+    names a code; the details (the CUDA error string, the OOM breakdown)
+    go to the log callback, which is silent unless you set one
+    (desc.log_fn = gm_log_stderr is ready made).
+
+    BACKENDS
+    ========
+    desc.backend picks one at setup; a CUDA build can still run the sim.
+      GM_BACKEND_SIM   a simulated device in host memory: capacity-limited
+                       (desc.sim.capacity), 256-byte aligned, memory from
+                       MAP_NORESERVE mappings (untouched pages cost nothing,
+                       so a 55 GB trace replays on a small machine), truly
+                       asynchronous streams (a worker thread each), copies
+                       that move bytes with an optional link-bandwidth model,
+                       host functions run as stream work ("kernels"), and
+                       fault injection (gm_sim_inject).
+      GM_BACKEND_CUDA  the CUDA runtime: cudaMalloc/cudaFree, streams and
+                       events, cudaMemcpyAsync, pinned and managed memory.
+                       Every return code is checked; with no usable device
+                       gm_setup returns GM_ERR_NO_DEVICE and logs why.
+      GM_BACKEND_DEFAULT  CUDA when built with GPUMEM_CUDA, else sim.
+
+    THE CACHING ALLOCATOR
+    =====================
+    Requests are rounded up to 512 bytes. Requests up to 1 MiB come from the
+    small pool (2 MiB segments), larger ones from the large pool (20 MiB
+    segments, or the request rounded to 2 MiB when it is 10 MiB or more).
+    A block is best-fit (smallest block that fits, then lowest address),
+    split when the rest is worth keeping, and coalesced with free
+    neighbours of the same segment when freed.
+
+    Streams: a block belongs to the stream it was allocated on and is reused
+    at once on that stream after gm_free (stream order makes that safe). If
+    another stream used it, say so with gm_record_stream: gm_free then
+    records an event on each such stream and the block is reused only once
+    they all completed. A segment that is entirely free may move to another
+    stream once an event recorded on its old stream after the last free has
+    completed.
+
+    When a request cannot be served the allocator climbs a ladder:
+      1. best fit in the free lists (and whole free segments of other
+         streams whose last use has completed);
+      2. a new segment, if the device budget allows it;
+      3. give cached segments that are entirely free back to the device and
+         retry;
+      4. wait for the pending cross-stream events, search again, retry;
+      5. ask the tier manager (when one is attached) to evict;
+      6. call desc.oom_fn, which may free memory and ask for a retry;
+      7. fail with GM_ERR_OUT_OF_MEMORY, logging the requested size, the
+         capacity and budget, what is allocated, what is reserved but
+         unallocated, and what the device has free.
+
+    OPTIONS
+    =======
+    Each desc field left zero takes its value from the environment variable
+    GPUMEM_CONF ("key:value,key:value", as PYTORCH_CUDA_ALLOC_CONF), or from
+    desc.conf (same syntax, read before GPUMEM_CONF), else the default. A bad
+    key or value is a warning in the log and the default, never a failure.
+    Sizes take suffixes K, M, G, T (powers of 1024).
+
+      key                 desc field                   default
+      backend:sim|cuda    backend                      see BACKENDS
+      device:N            device                       0
+      budget:8G|0.25      device_budget / _fraction    the whole device
+      caching:on|off      caching                      on
+      gc_threshold:0.8    gc_threshold                 off
+      max_split_size:64M  max_split_size               unlimited
+      log:error|warn|info|debug   log_level            warn
+      sim_capacity:16G    sim.capacity                 16 GiB
+      sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
+
+    A budget makes a large card behave like a small one: the allocator never
+    reserves more than the budget from the device. caching:off sends every
+    request straight to the backend (for memory checkers). gc_threshold:F
+    gives back the cached segments unused the longest before growing past
+    F * budget.
+
+    STATISTICS AND CHECKING
+    =======================
+    gm_get_stats() has PyTorch's semantics: for allocations, segments,
+    active, inactive-split blocks and their bytes, and for reserved and
+    requested bytes, the current value, the peak, and the running totals
+    allocated and freed, each for all pools, the small and the large pool.
+    gm_summary() prints them as a table. gm_check() walks every structure
+    and returns the number of broken invariants (0 when healthy).
+
+    THREAD SAFETY
+    =============
+    One context may be used from many threads: every call takes the
+    context's lock. Contexts are independent (one per device; nothing is
+    global). gm_setup and gm_shutdown must not race with other calls on the
+    same context.
+*/
+/* The implementation needs POSIX and Linux names (mmap flags, clock_gettime,
+   pthreads); they must be asked for before the first system header. */
+#if defined(GPUMEM_IMPLEMENTATION) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE
+#endif
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef GPUMEM_STATIC
+#define GPUMEM_API static
+#else
+#define GPUMEM_API extern
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* >>api -------------------------------------------------------------------*/
+
+/* Results: 0 is success, GM_NOT_READY is a positive "not yet", errors are
+   negative and grouped by area. */
+typedef enum gm_result {
+    GM_OK = 0,
+    GM_NOT_READY = 1,
+    /* general */
+    GM_ERR_INVALID_ARGUMENT = -1,
+    GM_ERR_UNSUPPORTED = -2,
+    GM_ERR_INTERNAL = -3,
+    /* memory */
+    GM_ERR_OUT_OF_MEMORY = -20,
+    GM_ERR_HOST_OUT_OF_MEMORY = -21,
+    /* misuse */
+    GM_ERR_DOUBLE_FREE = -40,
+    GM_ERR_FOREIGN_POINTER = -41,
+    GM_ERR_STALE_HANDLE = -42,
+    GM_ERR_INVALID_STREAM = -43,
+    /* device */
+    GM_ERR_NO_DEVICE = -60,
+    GM_ERR_BACKEND = -61,
+    GM_ERR_COPY_FAILED = -62
+} gm_result;
+
+typedef struct gm_context gm_context;
+
+/* A stream of the context's backend. NULL is the default stream. On CUDA a
+   gm_stream is a cudaStream_t (cast either way); on sim it comes from
+   gm_stream_create. */
+typedef struct gm_stream_t* gm_stream;
+
+typedef enum gm_backend {
+    GM_BACKEND_DEFAULT = 0,
+    GM_BACKEND_SIM,
+    GM_BACKEND_CUDA
+} gm_backend;
+
+typedef enum gm_log_level {
+    GM_LOG_DEFAULT = 0, /* = GM_LOG_WARN */
+    GM_LOG_ERROR,
+    GM_LOG_WARN,
+    GM_LOG_INFO,
+    GM_LOG_DEBUG
+} gm_log_level;
+
+typedef enum gm_toggle {
+    GM_TOGGLE_DEFAULT = 0,
+    GM_TOGGLE_ON,
+    GM_TOGGLE_OFF
+} gm_toggle;
+
+typedef enum gm_oom_action {
+    GM_OOM_FAIL = 0, /* give up: the allocation returns GM_ERR_OUT_OF_MEMORY */
+    GM_OOM_RETRY     /* the hook released memory: climb the ladder once more */
+} gm_oom_action;
+
+typedef enum gm_copy_kind {
+    GM_COPY_HOST_TO_DEVICE = 0,
+    GM_COPY_DEVICE_TO_HOST,
+    GM_COPY_DEVICE_TO_DEVICE,
+    GM_COPY_HOST_TO_HOST
+} gm_copy_kind;
+
+typedef enum gm_sim_fault {
+    GM_SIM_FAULT_DEVICE_ALLOC = 0, /* the Nth device allocation from now fails */
+    GM_SIM_FAULT_COPY              /* the Nth async copy from now fails */
+} gm_sim_fault;
+
+typedef void (*gm_log_fn)(gm_log_level level, const char* message, void* user);
+/* Called without the context lock held, so it may call gm_free. */
+typedef gm_oom_action (*gm_oom_fn)(gm_context* ctx, size_t size, gm_stream stream, void* user);
+typedef void (*gm_host_fn)(void* user);
+
+typedef struct gm_sim_desc {
+    size_t capacity;            /* device memory, default 16 GiB */
+    double link_bytes_per_s;    /* host<->device, each direction; 0: unlimited */
+    double device_bytes_per_s;  /* device->device; 0: unlimited */
+    uint64_t fail_device_alloc; /* the Nth device allocation fails; 0: never */
+    uint64_t fail_copy;         /* the Nth async copy fails; 0: never */
+} gm_sim_desc;
+
+/* Zero means default in every field. */
+typedef struct gm_desc {
+    gm_backend backend;
+    int device;                    /* device ordinal, default 0 */
+    size_t device_budget;          /* bytes the allocator may reserve */
+    double device_budget_fraction; /* or this fraction of the device (0..1] */
+    gm_toggle caching;             /* GM_TOGGLE_OFF: no cache, for checkers */
+    double gc_threshold;           /* (0..1): release cold cache past this */
+    size_t max_split_size;         /* blocks this large are never split */
+    gm_oom_fn oom_fn;
+    void* oom_user;
+    gm_log_fn log_fn;
+    void* log_user;
+    gm_log_level log_level;
+    const char* conf;              /* options, GPUMEM_CONF syntax */
+    int ignore_env;                /* non-zero: do not read GPUMEM_CONF */
+    gm_sim_desc sim;
+} gm_desc;
+
+/* One statistic, with PyTorch's semantics. */
+typedef struct gm_stat {
+    int64_t current;
+    int64_t peak;
+    int64_t allocated; /* running total of increments */
+    int64_t freed;     /* running total of decrements */
+} gm_stat;
+
+enum { GM_STAT_ALL = 0, GM_STAT_SMALL_POOL = 1, GM_STAT_LARGE_POOL = 2, GM_STAT_POOLS = 3 };
+
+/* X(name, is_bytes): the per-pool statistics. */
+#define GM_STAT_LIST(X)           \
+    X(allocation, 0)              \
+    X(segment, 0)                 \
+    X(active, 0)                  \
+    X(inactive_split, 0)          \
+    X(allocated_bytes, 1)         \
+    X(reserved_bytes, 1)          \
+    X(active_bytes, 1)            \
+    X(inactive_split_bytes, 1)    \
+    X(requested_bytes, 1)
+
+/* X(name): plain event counters. */
+#define GM_COUNTER_LIST(X)   \
+    X(num_alloc_retries)     \
+    X(num_ooms)              \
+    X(num_device_alloc)      \
+    X(num_device_free)       \
+    X(num_sync_all_streams)  \
+    X(num_oom_hook_calls)
+
+typedef struct gm_stats {
+#define GM__STAT_FIELD(name, is_bytes) gm_stat name[GM_STAT_POOLS];
+    GM_STAT_LIST(GM__STAT_FIELD)
+#undef GM__STAT_FIELD
+#define GM__COUNTER_FIELD(name) int64_t name;
+    GM_COUNTER_LIST(GM__COUNTER_FIELD)
+#undef GM__COUNTER_FIELD
+} gm_stats;
+
+/* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
+   backend has no usable device, GM_ERR_INVALID_ARGUMENT for a NULL out. */
+GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc);
+/* Synchronizes the streams, returns every segment to the device, frees the
+   context. Live allocations are logged as leaks and released too. */
+GPUMEM_API gm_result gm_shutdown(gm_context* ctx);
+/* The desc as resolved at setup: every default filled in. */
+GPUMEM_API gm_desc gm_query_desc(const gm_context* ctx);
+GPUMEM_API const char* gm_result_string(gm_result result);
+GPUMEM_API const char* gm_backend_name(const gm_context* ctx);
+/* A ready log callback: one line per message on stderr. */
+GPUMEM_API void gm_log_stderr(gm_log_level level, const char* message, void* user);
+
+/* The caching allocator.
+   gm_alloc: *out receives a 512-byte aligned device pointer usable on
+   `stream` (NULL: the default stream). size 0 gives *out = NULL and GM_OK.
+   Fails with GM_ERR_OUT_OF_MEMORY after the OOM ladder (see the manual),
+   GM_ERR_INVALID_STREAM for a stream the backend does not know, and
+   GM_ERR_INVALID_ARGUMENT for NULL ctx or out. */
+GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream);
+/* Returns the block to the cache, on the stream it was allocated on.
+   gm_free(ctx, NULL) is GM_OK. A pointer freed twice gives
+   GM_ERR_DOUBLE_FREE, a pointer not from gm_alloc GM_ERR_FOREIGN_POINTER;
+   the allocator is unchanged by either. */
+GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr);
+/* Marks that `stream` also uses the block at ptr: gm_free will not let the
+   block be reused until the work queued on `stream` before the free ends. */
+GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stream);
+/* Waits for pending frees and gives every entirely free segment back. */
+GPUMEM_API gm_result gm_empty_cache(gm_context* ctx);
+/* Size the allocator holds for ptr (the rounded request). */
+GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* size);
+
+/* Statistics and checking. */
+GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out);
+GPUMEM_API gm_result gm_reset_peak_stats(gm_context* ctx);
+GPUMEM_API gm_result gm_reset_accumulated_stats(gm_context* ctx);
+/* Writes a text table into buf (always terminated when cap > 0); returns
+   the length the whole table needs, excluding the terminator. */
+GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap);
+/* Walks every structure; returns the number of broken invariants, each
+   logged at GM_LOG_ERROR. -1 for a NULL context. */
+GPUMEM_API int gm_check(gm_context* ctx);
+
+/* The device, through the context's backend. */
+GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* free_bytes, size_t* total_bytes);
+GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out);
+/* Synchronizes the stream first; blocks it owned become reusable by others. */
+GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream stream);
+GPUMEM_API gm_result gm_stream_synchronize(gm_context* ctx, gm_stream stream);
+GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx);
+GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size,
+                                     gm_copy_kind kind, gm_stream stream);
+/* Runs fn(user) on the stream, in order with its other work. */
+GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream stream, gm_host_fn fn, void* user);
+/* Device memory straight from the backend, bypassing the cache and the
+   budget: the baseline the demo and benchmarks compare against. */
+GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size);
+GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
+/* Sim only (GM_ERR_UNSUPPORTED elsewhere): make the nth next operation of
+   that kind fail (n = 1: the next one); n = 0 disarms. */
+GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUMEM_H */
+
+/* ========================================================================
+   IMPLEMENTATION. `grep '>>' gpumem.h` lists the sections.
+   ======================================================================== */
+#ifdef GPUMEM_IMPLEMENTATION
+#ifndef GPUMEM_IMPLEMENTATION_DONE
+#define GPUMEM_IMPLEMENTATION_DONE
+
+/* >>platform --------------------------------------------------------------
+   Includes, override macros and the few POSIX pieces the library needs. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#if defined(GPUMEM_MALLOC) != defined(GPUMEM_FREE)
+#error "define both GPUMEM_MALLOC and GPUMEM_FREE, or neither"
+#endif
+#ifndef GPUMEM_MALLOC
+#define GPUMEM_MALLOC(n) malloc(n)
+#define GPUMEM_FREE(p) free(p)
+#endif
+#ifndef GPUMEM_ASSERT
+#include <assert.h>
+#define GPUMEM_ASSERT(c) assert(c)
+#endif
+#ifdef GPUMEM_DEBUG
+#define GM__MISUSE_ASSERT(c) GPUMEM_ASSERT(c)
+#else
+#define GM__MISUSE_ASSERT(c) ((void)0)
+#endif
+
+#ifdef GPUMEM_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#if defined(__GNUC__)
+#define GM__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define GM__LIKELY(x) __builtin_expect(!!(x), 1)
+#else
+#define GM__PRINTF(f, a)
+#define GM__LIKELY(x) (x)
+#endif
+
+#define GM__KIB ((size_t)1 << 10)
+#define GM__MIB ((size_t)1 << 20)
+#define GM__GIB ((size_t)1 << 30)
+
+static uint64_t gm__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void gm__sleep_until_ns(uint64_t t) {
+    for (;;) {
+        uint64_t now = gm__now_ns();
+        if (now >= t) return;
+        uint64_t d = t - now;
+        struct timespec ts;
+        ts.tv_sec = (time_t)(d / 1000000000u);
+        ts.tv_nsec = (long)(d % 1000000000u);
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void* gm__calloc(size_t n) {
+    void* p = GPUMEM_MALLOC(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+static size_t gm__round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* Grows an array of `old` bytes to `n` bytes through the allocation hooks. */
+static void* gm__grow_array(void* p, size_t old, size_t n) {
+    void* q = GPUMEM_MALLOC(n);
+    if (!q) return NULL;
+    if (p) memcpy(q, p, old);
+    GPUMEM_FREE(p);
+    return q;
+}
+
+/* >>context ---------------------------------------------------------------
+   The context's layout, shared by every section below. Invariants: every
+   field below `mu` is read or written only with `mu` held, except the
+   backend state, which guards itself. */
+typedef struct gm__block gm__block;
+typedef struct gm__seg gm__seg;
+typedef struct gm__arena gm__arena;
+typedef struct gm__backend gm__backend;
+
+/* A block: a range [addr, addr + size) of one segment. Records live in host
+   memory, never inside the range they describe. */
+enum { GM__FREE = 0, GM__USED = 1, GM__PENDING = 2 };
+struct gm__block {
+    uintptr_t addr;
+    size_t size;
+    gm__block *prev, *next; /* address-ordered neighbours in the segment */
+    gm__block *l, *r;       /* free: treap children; pending: list links */
+    gm__seg* seg;
+    uintptr_t key;          /* free: the tree key (the segment's owner) */
+    uint32_t prio;          /* treap priority */
+    uint8_t state;
+    /* caching allocator */
+    size_t requested;
+    uint32_t* uses;         /* stream indices from gm_record_stream */
+    void** events;          /* pending: events still to complete */
+    uint32_t nuses, capuses, nevents;
+};
+
+struct gm__seg {
+    uintptr_t base;
+    size_t size;
+    gm__seg *prev, *next;
+    gm__arena* arena;
+    gm__block* first;
+    uintptr_t key;          /* owner: stream index + 1 for the allocator */
+    uint64_t free_epoch;    /* owner's epoch at the last free into it */
+    uint64_t tick;          /* context clock at the last free (for gc) */
+};
+
+typedef struct gm__chunk { struct gm__chunk* next; } gm__chunk;
+
+struct gm__arena {
+    size_t align;           /* every addr and size is a multiple */
+    gm__seg* segs;
+    size_t nsegs;
+    gm__block* root;        /* treap of free blocks by (key, size, addr) */
+    size_t nfree;
+    gm__block* spare;       /* recycled block records */
+    gm__seg* spare_seg;
+    gm__chunk* chunks;      /* record slabs, freed at destroy */
+    uint32_t rng;
+    gm_stats* st;           /* statistics to keep, or NULL */
+    int pool;
+};
+
+/* Per-stream state of the allocator. A fence is an event recorded on the
+   stream; once it completed, every free made before it is safe for other
+   streams: a segment with free_epoch <= safe_epoch may change owner. */
+typedef struct gm__sstate {
+    gm_stream stream;
+    int dead;               /* destroyed (and synchronized): always safe */
+    void* fence;
+    int fence_pending;
+    uint64_t epoch, fence_epoch, safe_epoch;
+    uint64_t dirty_epoch;   /* epoch of the last free on this stream */
+} gm__sstate;
+
+typedef struct gm__ptrmap {
+    uintptr_t* keys;        /* 0: empty slot */
+    gm__block** vals;
+    size_t cap, count;      /* cap is a power of two, count <= cap / 2 */
+} gm__ptrmap;
+
+struct gm_context {
+    gm_desc desc;           /* resolved */
+    const gm__backend* be;
+    void* bs;               /* backend state */
+    size_t total;           /* device memory */
+    size_t budget;          /* what the allocator may reserve */
+    pthread_mutex_t mu;
+    gm__arena pool[2];      /* 0: small, 1: large */
+    gm__ptrmap map;         /* allocated blocks by address */
+    gm__sstate* ss;
+    uint32_t nss, capss, last_ss;
+    gm__block* pending;     /* blocks waiting for record_stream events */
+    size_t npending;
+    void** evfree;          /* recycled events */
+    uint32_t nevfree, capevfree;
+    uint64_t tick;
+    gm_stats stats;
+    /* the tier manager's seam: evict up to `bytes`; returns bytes freed */
+    size_t (*tier_evict)(gm_context* ctx, size_t bytes, void* tier);
+    void* tier;
+};
+
+/* >>log -------------------------------------------------------------------
+   Results, messages and the log. The log is silent unless desc.log_fn is
+   set; messages above desc.log_level are dropped before formatting. */
+GPUMEM_API const char* gm_result_string(gm_result r) {
+    switch (r) {
+    case GM_OK: return "ok";
+    case GM_NOT_READY: return "not ready";
+    case GM_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case GM_ERR_UNSUPPORTED: return "unsupported by this backend";
+    case GM_ERR_INTERNAL: return "internal error";
+    case GM_ERR_OUT_OF_MEMORY: return "out of device memory";
+    case GM_ERR_HOST_OUT_OF_MEMORY: return "out of host memory";
+    case GM_ERR_DOUBLE_FREE: return "double free";
+    case GM_ERR_FOREIGN_POINTER: return "pointer not allocated by this context";
+    case GM_ERR_STALE_HANDLE: return "stale handle";
+    case GM_ERR_INVALID_STREAM: return "invalid stream";
+    case GM_ERR_NO_DEVICE: return "no device";
+    case GM_ERR_BACKEND: return "backend error";
+    case GM_ERR_COPY_FAILED: return "copy failed";
+    }
+    return "unknown result";
+}
+
+GPUMEM_API void gm_log_stderr(gm_log_level level, const char* message, void* user) {
+    static const char* names[] = {"", "error", "warn", "info", "debug"};
+    (void)user;
+    fprintf(stderr, "gpumem %s: %s\n", names[(int)level >= 1 && (int)level <= 4 ? (int)level : 0],
+            message);
+}
+
+static void gm__vlog(const gm_desc* d, gm_log_level level, const char* fmt, va_list ap) {
+    char buf[1024];
+    if (!d->log_fn || (int)level > (int)(d->log_level ? d->log_level : GM_LOG_WARN)) return;
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    d->log_fn(level, buf, d->log_user);
+}
+
+GM__PRINTF(3, 4) static void gm__log(const gm_context* ctx, gm_log_level level, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gm__vlog(&ctx->desc, level, fmt, ap);
+    va_end(ap);
+}
+
+/* Misuse: an error result and a log line always; an assert with GPUMEM_DEBUG. */
+#define GM__MISUSE(ctx, code, ...) \
+    (gm__log((ctx), GM_LOG_ERROR, __VA_ARGS__), GM__MISUSE_ASSERT(0), (code))
+
+/* Humane units for messages and the summary. */
+static const char* gm__fmt_bytes(char* buf, size_t cap, double v) {
+    static const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int i = 0;
+    double a = v < 0 ? -v : v;
+    while (a >= 1024.0 && i < 5) { a /= 1024.0; v /= 1024.0; i++; }
+    if (i == 0) snprintf(buf, cap, "%.0f %s", v, u[i]);
+    else snprintf(buf, cap, "%.2f %s", v, u[i]);
+    return buf;
+}
+
+/* >>options ---------------------------------------------------------------
+   "key:value,..." strings (desc.conf, then GPUMEM_CONF) fill the desc
+   fields left zero; defaults fill the rest. Bad input warns and is
+   skipped. */
+static int gm__parse_size(const char* s, size_t n, double* out_num, size_t* out_bytes, int* is_frac) {
+    char tmp[64];
+    char* end;
+    double v, mul = 1;
+    if (n == 0 || n >= sizeof tmp) return 0;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    errno = 0;
+    v = strtod(tmp, &end);
+    if (end == tmp || errno || v < 0 || v != v) return 0;
+    *is_frac = 0;
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case '%': *is_frac = 1; mul = 0.01; end++; break;
+    default: return 0;
+    }
+    if ((*end == 'i' || *end == 'I') && mul > 1) end++;
+    if ((*end == 'b' || *end == 'B') && mul > 1) end++;
+    if (*end) return 0;
+    if (mul == 1 && strchr(tmp, '.') && v <= 1.0) *is_frac = 1;
+    *out_num = v * mul;
+    if (!*is_frac && *out_num >= 18446744073709551615.0) return 0;
+    *out_bytes = *is_frac ? 0 : (size_t)*out_num;
+    return 1;
+}
+
+static int gm__word_is(const char* s, size_t n, const char* w) {
+    return strlen(w) == n && memcmp(s, w, n) == 0;
+}
+
+/* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
+   or value. */
+static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v, size_t vn) {
+    double num = 0;
+    size_t bytes = 0;
+    int frac = 0;
+    if (gm__word_is(k, kn, "backend")) {
+        gm_backend b = gm__word_is(v, vn, "sim") ? GM_BACKEND_SIM
+                     : gm__word_is(v, vn, "cuda") ? GM_BACKEND_CUDA : GM_BACKEND_DEFAULT;
+        if (b == GM_BACKEND_DEFAULT) return 0;
+        if (!d->backend) d->backend = b;
+    } else if (gm__word_is(k, kn, "caching")) {
+        gm_toggle t = gm__word_is(v, vn, "on") ? GM_TOGGLE_ON
+                    : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
+        if (t == GM_TOGGLE_DEFAULT) return 0;
+        if (!d->caching) d->caching = t;
+    } else if (gm__word_is(k, kn, "log")) {
+        gm_log_level l = gm__word_is(v, vn, "error") ? GM_LOG_ERROR
+                       : gm__word_is(v, vn, "warn") ? GM_LOG_WARN
+                       : gm__word_is(v, vn, "info") ? GM_LOG_INFO
+                       : gm__word_is(v, vn, "debug") ? GM_LOG_DEBUG : GM_LOG_DEFAULT;
+        if (l == GM_LOG_DEFAULT) return 0;
+        if (!d->log_level) d->log_level = l;
+    } else {
+        if (!gm__parse_size(v, vn, &num, &bytes, &frac)) return 0;
+        if (gm__word_is(k, kn, "device")) {
+            if (frac || num > 1024 || num != (double)(int)num) return 0;
+            if (!d->device) d->device = (int)num;
+        } else if (gm__word_is(k, kn, "budget")) {
+            if (frac) {
+                if (num <= 0 || num > 1) return 0;
+                if (!d->device_budget && d->device_budget_fraction == 0) d->device_budget_fraction = num;
+            } else {
+                if (bytes == 0) return 0;
+                if (!d->device_budget && d->device_budget_fraction == 0) d->device_budget = bytes;
+            }
+        } else if (gm__word_is(k, kn, "gc_threshold")) {
+            if (num <= 0 || num >= 1) return 0;
+            if (d->gc_threshold == 0) d->gc_threshold = num;
+        } else if (gm__word_is(k, kn, "max_split_size")) {
+            if (frac || bytes < GM__MIB) return 0;
+            if (!d->max_split_size) d->max_split_size = bytes;
+        } else if (gm__word_is(k, kn, "sim_capacity")) {
+            if (frac || bytes == 0) return 0;
+            if (!d->sim.capacity) d->sim.capacity = bytes;
+        } else if (gm__word_is(k, kn, "sim_link")) {
+            if (frac || num <= 0) return 0;
+            if (d->sim.link_bytes_per_s == 0) d->sim.link_bytes_per_s = num;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void gm__apply_conf(gm_desc* d, const char* conf, const char* origin) {
+    const char* s = conf;
+    while (s && *s) {
+        const char* e = strchr(s, ',');
+        const char* c;
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        while (n && (*s == ' ')) { s++; n--; }
+        while (n && s[n - 1] == ' ') n--;
+        c = (const char*)memchr(s, ':', n);
+        if (n && (!c || !gm__apply_option(d, s, (size_t)(c - s), c + 1, n - (size_t)(c - s) - 1))) {
+            if (d->log_fn) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "%s: ignoring bad option '%.*s' (default kept)", origin,
+                         (int)(n > 100 ? 100 : n), s);
+                d->log_fn(GM_LOG_WARN, msg, d->log_user);
+            }
+        }
+        s = e ? e + 1 : NULL;
+    }
+}
+
+static gm_desc gm__resolve_desc(const gm_desc* in) {
+    gm_desc d;
+    if (in) d = *in;
+    else memset(&d, 0, sizeof d);
+    gm__apply_conf(&d, d.conf, "desc.conf");
+    if (!d.ignore_env) gm__apply_conf(&d, getenv("GPUMEM_CONF"), "GPUMEM_CONF");
+    if (!d.backend) {
+#ifdef GPUMEM_CUDA
+        d.backend = GM_BACKEND_CUDA;
+#else
+        d.backend = GM_BACKEND_SIM;
+#endif
+    }
+    if (!d.caching) d.caching = GM_TOGGLE_ON;
+    if (!d.log_level) d.log_level = GM_LOG_WARN;
+    if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
+    if (d.gc_threshold < 0 || d.gc_threshold >= 1 || d.gc_threshold != d.gc_threshold) {
+        if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.gc_threshold outside (0,1): off", d.log_user);
+        d.gc_threshold = 0;
+    }
+    if (d.device_budget_fraction < 0 || d.device_budget_fraction > 1 ||
+        d.device_budget_fraction != d.device_budget_fraction) {
+        if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.device_budget_fraction outside (0,1]: ignored", d.log_user);
+        d.device_budget_fraction = 0;
+    }
+    return d;
+}
+
+/* >>backend ---------------------------------------------------------------
+   The table every backend fills. Events and streams are opaque pointers of
+   the backend's own. event_query returns GM_OK when complete, GM_NOT_READY
+   otherwise; an event never recorded counts as complete (as in CUDA). */
+struct gm__backend {
+    const char* name;
+    gm_result (*init)(gm_context* ctx); /* sets ctx->bs and ctx->total */
+    void (*shutdown)(gm_context* ctx);
+    gm_result (*mem_info)(gm_context* ctx, size_t* free_bytes, size_t* total_bytes);
+    gm_result (*dev_alloc)(gm_context* ctx, void** out, size_t size);
+    gm_result (*dev_free)(gm_context* ctx, void* p, size_t size);
+    gm_result (*host_alloc)(gm_context* ctx, void** out, size_t size); /* pinned */
+    gm_result (*host_free)(gm_context* ctx, void* p, size_t size);
+    gm_result (*host_register)(gm_context* ctx, void* p, size_t size);
+    gm_result (*host_unregister)(gm_context* ctx, void* p);
+    /* managed memory, advised to live on the device */
+    gm_result (*managed_alloc)(gm_context* ctx, void** out, size_t size);
+    gm_result (*managed_free)(gm_context* ctx, void* p, size_t size);
+    gm_result (*managed_prefetch)(gm_context* ctx, void* p, size_t size, int to_device, gm_stream s);
+    gm_result (*copy)(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind kind,
+                      gm_stream s);
+    gm_result (*launch_host)(gm_context* ctx, gm_stream s, gm_host_fn fn, void* user);
+    gm_result (*stream_create)(gm_context* ctx, gm_stream* out);
+    gm_result (*stream_destroy)(gm_context* ctx, gm_stream s);
+    gm_result (*stream_sync)(gm_context* ctx, gm_stream s);
+    int (*stream_valid)(gm_context* ctx, gm_stream s);
+    gm_result (*device_sync)(gm_context* ctx);
+    gm_result (*event_create)(gm_context* ctx, void** out);
+    gm_result (*event_destroy)(gm_context* ctx, void* ev);
+    gm_result (*event_record)(gm_context* ctx, void* ev, gm_stream s);
+    gm_result (*event_query)(gm_context* ctx, void* ev);
+    gm_result (*event_sync)(gm_context* ctx, void* ev);
+    gm_result (*stream_wait_event)(gm_context* ctx, gm_stream s, void* ev);
+};
+
+/* >>sim -------------------------------------------------------------------
+   The simulated device. Memory: one MAP_NORESERVE mapping per allocation,
+   counted against `capacity`. Streams: a worker thread each, running ops in
+   FIFO order; `completed` only grows and never passes `submitted`. An event
+   is (stream, seq): complete once stream->completed >= seq. Destroyed
+   streams are drained and retired but kept until shutdown, so events on
+   them stay valid and a handle is never reused. Copies hold a link, one per
+   direction, busy until start + n / rate: concurrent copies share it. */
+#define GM__SIM_MAGIC 0x53494d53u
+enum { GM__SIM_COPY, GM__SIM_HOST, GM__SIM_WAIT };
+enum { GM__LINK_H2D, GM__LINK_D2H, GM__LINK_D2D, GM__LINKS };
+
+typedef struct gm__sim_stream gm__sim_stream;
+typedef struct gm__sim_op {
+    struct gm__sim_op* next;
+    int kind;
+    void* dst;
+    const void* src;
+    size_t n;
+    int link;
+    gm_host_fn fn;
+    void* user;
+    gm__sim_stream* ws;
+    uint64_t wseq;
+} gm__sim_op;
+
+struct gm__sim_stream {
+    uint32_t magic;
+    struct gm__sim* sim;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     /* work arrived, or progress made */
+    gm__sim_op *head, *tail;
+    uint64_t submitted, completed;
+    int stop, retired;
+    gm__sim_stream* next;
+};
+
+typedef struct gm__sim_event {
+    gm__sim_stream* s;
+    uint64_t seq;
+} gm__sim_event;
+
+typedef struct gm__sim {
+    pthread_mutex_t mu;    /* guards everything below */
+    size_t capacity, used, managed, pinned;
+    uint64_t nallocs, ncopies, fail_alloc_at, fail_copy_at;
+    uint64_t link_free_at[GM__LINKS];
+    double rate[GM__LINKS];
+    gm__sim_stream* streams;
+    gm__sim_stream* def;
+} gm__sim;
+
+#define GM__SIM(ctx) ((gm__sim*)(ctx)->bs)
+
+static void* gm__sim_worker(void* arg) {
+    gm__sim_stream* s = (gm__sim_stream*)arg;
+    gm__sim* sim = s->sim;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        gm__sim_op* op;
+        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head) break;
+        op = s->head;
+        pthread_mutex_unlock(&s->mu);
+        if (op->kind == GM__SIM_COPY) {
+            uint64_t end = 0;
+            if (sim->rate[op->link] > 0) {
+                uint64_t now = gm__now_ns(), start;
+                pthread_mutex_lock(&sim->mu);
+                start = sim->link_free_at[op->link] > now ? sim->link_free_at[op->link] : now;
+                end = start + (uint64_t)((double)op->n / sim->rate[op->link] * 1e9);
+                sim->link_free_at[op->link] = end;
+                pthread_mutex_unlock(&sim->mu);
+            }
+            memmove(op->dst, op->src, op->n);
+            if (end) gm__sleep_until_ns(end);
+        } else if (op->kind == GM__SIM_HOST) {
+            op->fn(op->user);
+        } else {
+            pthread_mutex_lock(&op->ws->mu);
+            while (op->ws->completed < op->wseq) pthread_cond_wait(&op->ws->cv, &op->ws->mu);
+            pthread_mutex_unlock(&op->ws->mu);
+        }
+        pthread_mutex_lock(&s->mu);
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        s->completed++;
+        pthread_cond_broadcast(&s->cv);
+        GPUMEM_FREE(op);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static gm_result gm__sim_new_stream(gm_context* ctx, gm__sim_stream** out) {
+    gm__sim* sim = GM__SIM(ctx);
+    gm__sim_stream* s = (gm__sim_stream*)gm__calloc(sizeof *s);
+    if (!s) return GM_ERR_HOST_OUT_OF_MEMORY;
+    s->magic = GM__SIM_MAGIC;
+    s->sim = sim;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->th, NULL, gm__sim_worker, s) != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        GPUMEM_FREE(s);
+        gm__log(ctx, GM_LOG_ERROR, "sim: cannot start a stream thread");
+        return GM_ERR_BACKEND;
+    }
+    pthread_mutex_lock(&sim->mu);
+    s->next = sim->streams;
+    sim->streams = s;
+    pthread_mutex_unlock(&sim->mu);
+    *out = s;
+    return GM_OK;
+}
+
+/* Drains and stops a stream; keeps the record (see the invariants). */
+static void gm__sim_retire(gm__sim_stream* s) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    s->retired = 1;
+}
+
+static int gm__sim_stream_valid(gm_context* ctx, gm_stream st) {
+    gm__sim* sim = GM__SIM(ctx);
+    gm__sim_stream* s;
+    int ok = 0;
+    if (!st) return 1;
+    pthread_mutex_lock(&sim->mu);
+    for (s = sim->streams; s; s = s->next)
+        if (s == (gm__sim_stream*)st && !s->retired) { ok = 1; break; }
+    pthread_mutex_unlock(&sim->mu);
+    return ok;
+}
+
+static gm__sim_stream* gm__sim_get(gm_context* ctx, gm_stream st) {
+    if (!st) return GM__SIM(ctx)->def;
+    return gm__sim_stream_valid(ctx, st) ? (gm__sim_stream*)st : NULL;
+}
+
+static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl) {
+    gm__sim_stream* s = gm__sim_get(ctx, st);
+    gm__sim_op* op;
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
+    op = (gm__sim_op*)GPUMEM_MALLOC(sizeof *op);
+    if (!op) return GM_ERR_HOST_OUT_OF_MEMORY;
+    *op = *tmpl;
+    op->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+    s->submitted++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return GM_OK;
+}
+
+static gm_result gm__sim_init(gm_context* ctx) {
+    gm__sim* sim = (gm__sim*)gm__calloc(sizeof *sim);
+    gm_result r;
+    if (!sim) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_mutex_init(&sim->mu, NULL);
+    sim->capacity = ctx->desc.sim.capacity;
+    sim->fail_alloc_at = ctx->desc.sim.fail_device_alloc;
+    sim->fail_copy_at = ctx->desc.sim.fail_copy;
+    sim->rate[GM__LINK_H2D] = sim->rate[GM__LINK_D2H] = ctx->desc.sim.link_bytes_per_s;
+    sim->rate[GM__LINK_D2D] = ctx->desc.sim.device_bytes_per_s;
+    ctx->bs = sim;
+    ctx->total = sim->capacity;
+    r = gm__sim_new_stream(ctx, &sim->def);
+    if (r != GM_OK) {
+        pthread_mutex_destroy(&sim->mu);
+        GPUMEM_FREE(sim);
+        ctx->bs = NULL;
+    }
+    return r;
+}
+
+static void gm__sim_shutdown(gm_context* ctx) {
+    gm__sim* sim = GM__SIM(ctx);
+    gm__sim_stream *s, *next;
+    if (!sim) return;
+    for (s = sim->streams; s; s = next) {
+        next = s->next;
+        if (!s->retired) gm__sim_retire(s);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        GPUMEM_FREE(s);
+    }
+    if (sim->used || sim->managed || sim->pinned)
+        gm__log(ctx, GM_LOG_WARN, "sim: shutdown with %zu device, %zu managed, %zu pinned bytes still mapped",
+                sim->used, sim->managed, sim->pinned);
+    pthread_mutex_destroy(&sim->mu);
+    GPUMEM_FREE(sim);
+    ctx->bs = NULL;
+}
+
+static gm_result gm__sim_mem_info(gm_context* ctx, size_t* f, size_t* t) {
+    gm__sim* sim = GM__SIM(ctx);
+    pthread_mutex_lock(&sim->mu);
+    *f = sim->capacity - sim->used;
+    *t = sim->capacity;
+    pthread_mutex_unlock(&sim->mu);
+    return GM_OK;
+}
+
+static size_t gm__page(size_t n) { return gm__round_up(n ? n : 1, 4096); }
+
+/* which: 0 device (counted against capacity), 1 pinned, 2 managed */
+static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which) {
+    gm__sim* sim = GM__SIM(ctx);
+    void* p;
+    size_t n = gm__page(size);
+    if (size > ((size_t)1 << 62)) return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&sim->mu);
+    if (which == 0) {
+        sim->nallocs++;
+        if (sim->fail_alloc_at && sim->nallocs == sim->fail_alloc_at) {
+            sim->fail_alloc_at = 0;
+            pthread_mutex_unlock(&sim->mu);
+            gm__log(ctx, GM_LOG_INFO, "sim: injected failure of device allocation of %zu bytes", size);
+            return GM_ERR_OUT_OF_MEMORY;
+        }
+        if (n > sim->capacity - sim->used) {
+            pthread_mutex_unlock(&sim->mu);
+            return GM_ERR_OUT_OF_MEMORY;
+        }
+        sim->used += n;
+    } else if (which == 1) {
+        sim->pinned += n;
+    } else {
+        sim->managed += n;
+    }
+    pthread_mutex_unlock(&sim->mu);
+    p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        pthread_mutex_lock(&sim->mu);
+        if (which == 0) sim->used -= n;
+        else if (which == 1) sim->pinned -= n;
+        else sim->managed -= n;
+        pthread_mutex_unlock(&sim->mu);
+        gm__log(ctx, GM_LOG_WARN, "sim: mmap of %zu bytes failed: %s", n, strerror(e));
+        return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
+    }
+    *out = p;
+    return GM_OK;
+}
+
+static gm_result gm__sim_unmap(gm_context* ctx, void* p, size_t size, int which) {
+    gm__sim* sim = GM__SIM(ctx);
+    size_t n = gm__page(size);
+    if (munmap(p, n) != 0) {
+        gm__log(ctx, GM_LOG_ERROR, "sim: munmap(%p, %zu) failed: %s", p, n, strerror(errno));
+        return GM_ERR_BACKEND;
+    }
+    pthread_mutex_lock(&sim->mu);
+    if (which == 0) sim->used -= n;
+    else if (which == 1) sim->pinned -= n;
+    else sim->managed -= n;
+    pthread_mutex_unlock(&sim->mu);
+    return GM_OK;
+}
+
+static gm_result gm__sim_dev_alloc(gm_context* c, void** o, size_t n) { return gm__sim_map(c, o, n, 0); }
+static gm_result gm__sim_dev_free(gm_context* c, void* p, size_t n) { return gm__sim_unmap(c, p, n, 0); }
+static gm_result gm__sim_host_alloc(gm_context* c, void** o, size_t n) { return gm__sim_map(c, o, n, 1); }
+static gm_result gm__sim_host_free(gm_context* c, void* p, size_t n) { return gm__sim_unmap(c, p, n, 1); }
+static gm_result gm__sim_managed_alloc(gm_context* c, void** o, size_t n) { return gm__sim_map(c, o, n, 2); }
+static gm_result gm__sim_managed_free(gm_context* c, void* p, size_t n) { return gm__sim_unmap(c, p, n, 2); }
+static gm_result gm__sim_host_register(gm_context* c, void* p, size_t n) {
+    (void)c; (void)p; (void)n;
+    return GM_OK;
+}
+static gm_result gm__sim_host_unregister(gm_context* c, void* p) {
+    (void)c; (void)p;
+    return GM_OK;
+}
+static gm_result gm__sim_managed_prefetch(gm_context* c, void* p, size_t n, int to_dev, gm_stream s) {
+    (void)p; (void)n; (void)to_dev;
+    return gm__sim_stream_valid(c, s) ? GM_OK : GM_ERR_INVALID_STREAM;
+}
+
+static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind kind,
+                              gm_stream st) {
+    gm__sim* sim = GM__SIM(ctx);
+    gm__sim_op op;
+    int fail;
+    pthread_mutex_lock(&sim->mu);
+    sim->ncopies++;
+    fail = sim->fail_copy_at && sim->ncopies == sim->fail_copy_at;
+    if (fail) sim->fail_copy_at = 0;
+    pthread_mutex_unlock(&sim->mu);
+    if (fail) {
+        gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a %zu-byte copy", n);
+        return GM_ERR_COPY_FAILED;
+    }
+    memset(&op, 0, sizeof op);
+    op.kind = GM__SIM_COPY;
+    op.dst = dst;
+    op.src = src;
+    op.n = n;
+    op.link = kind == GM_COPY_HOST_TO_DEVICE ? GM__LINK_H2D
+            : kind == GM_COPY_DEVICE_TO_HOST ? GM__LINK_D2H : GM__LINK_D2D;
+    if (kind == GM_COPY_HOST_TO_HOST) op.link = GM__LINK_D2D; /* host copies: no link model */
+    return gm__sim_enqueue(ctx, st, &op);
+}
+
+static gm_result gm__sim_launch_host(gm_context* ctx, gm_stream st, gm_host_fn fn, void* user) {
+    gm__sim_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = GM__SIM_HOST;
+    op.fn = fn;
+    op.user = user;
+    return gm__sim_enqueue(ctx, st, &op);
+}
+
+static gm_result gm__sim_stream_create(gm_context* ctx, gm_stream* out) {
+    gm__sim_stream* s;
+    gm_result r = gm__sim_new_stream(ctx, &s);
+    if (r == GM_OK) *out = (gm_stream)s;
+    return r;
+}
+
+static gm_result gm__sim_stream_destroy(gm_context* ctx, gm_stream st) {
+    gm__sim_stream* s = st ? gm__sim_get(ctx, st) : NULL;
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: cannot destroy stream %p", (void*)st);
+    gm__sim_retire(s);
+    return GM_OK;
+}
+
+static void gm__sim_wait(gm__sim_stream* s, uint64_t seq) {
+    pthread_mutex_lock(&s->mu);
+    while (s->completed < seq) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static gm_result gm__sim_stream_sync(gm_context* ctx, gm_stream st) {
+    gm__sim_stream* s = gm__sim_get(ctx, st);
+    uint64_t seq;
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
+    pthread_mutex_lock(&s->mu);
+    seq = s->submitted;
+    pthread_mutex_unlock(&s->mu);
+    gm__sim_wait(s, seq);
+    return GM_OK;
+}
+
+static gm_result gm__sim_device_sync(gm_context* ctx) {
+    gm__sim* sim = GM__SIM(ctx);
+    gm__sim_stream* s;
+    pthread_mutex_lock(&sim->mu);
+    s = sim->streams; /* the list only grows at the head: walking from here is safe */
+    pthread_mutex_unlock(&sim->mu);
+    for (; s; s = s->next) {
+        uint64_t seq;
+        pthread_mutex_lock(&s->mu);
+        seq = s->submitted;
+        pthread_mutex_unlock(&s->mu);
+        gm__sim_wait(s, seq);
+    }
+    return GM_OK;
+}
+
+static gm_result gm__sim_event_create(gm_context* ctx, void** out) {
+    gm__sim_event* e = (gm__sim_event*)gm__calloc(sizeof *e);
+    (void)ctx;
+    if (!e) return GM_ERR_HOST_OUT_OF_MEMORY;
+    *out = e;
+    return GM_OK;
+}
+
+static gm_result gm__sim_event_destroy(gm_context* ctx, void* ev) {
+    (void)ctx;
+    GPUMEM_FREE(ev);
+    return GM_OK;
+}
+
+static gm_result gm__sim_event_record(gm_context* ctx, void* ev, gm_stream st) {
+    gm__sim_event* e = (gm__sim_event*)ev;
+    gm__sim_stream* s = gm__sim_get(ctx, st);
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
+    pthread_mutex_lock(&s->mu);
+    e->s = s;
+    e->seq = s->submitted;
+    pthread_mutex_unlock(&s->mu);
+    return GM_OK;
+}
+
+static gm_result gm__sim_event_query(gm_context* ctx, void* ev) {
+    gm__sim_event* e = (gm__sim_event*)ev;
+    int done;
+    (void)ctx;
+    if (!e->s) return GM_OK;
+    pthread_mutex_lock(&e->s->mu);
+    done = e->s->completed >= e->seq;
+    pthread_mutex_unlock(&e->s->mu);
+    return done ? GM_OK : GM_NOT_READY;
+}
+
+static gm_result gm__sim_event_sync(gm_context* ctx, void* ev) {
+    gm__sim_event* e = (gm__sim_event*)ev;
+    (void)ctx;
+    if (e->s) gm__sim_wait(e->s, e->seq);
+    return GM_OK;
+}
+
+static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* ev) {
+    gm__sim_event* e = (gm__sim_event*)ev;
+    gm__sim_op op;
+    if (!e->s) return GM_OK;
+    memset(&op, 0, sizeof op);
+    op.kind = GM__SIM_WAIT;
+    op.ws = e->s;
+    op.wseq = e->seq;
+    return gm__sim_enqueue(ctx, st, &op);
+}
+
+static const gm__backend gm__sim_backend = {
+    "sim", gm__sim_init, gm__sim_shutdown, gm__sim_mem_info, gm__sim_dev_alloc, gm__sim_dev_free,
+    gm__sim_host_alloc, gm__sim_host_free, gm__sim_host_register, gm__sim_host_unregister,
+    gm__sim_managed_alloc, gm__sim_managed_free, gm__sim_managed_prefetch, gm__sim_copy,
+    gm__sim_launch_host, gm__sim_stream_create, gm__sim_stream_destroy, gm__sim_stream_sync,
+    gm__sim_stream_valid, gm__sim_device_sync, gm__sim_event_create, gm__sim_event_destroy,
+    gm__sim_event_record, gm__sim_event_query, gm__sim_event_sync, gm__sim_stream_wait_event};
+
+/* >>cuda ------------------------------------------------------------------
+   The CUDA runtime backend. Every call's code goes through gm__cu(), which
+   logs the CUDA name and string and maps it to a gm_result; sticky errors
+   are not cleared (nothing can be done about them here). Each entry point
+   first makes the context's device current. */
+#ifdef GPUMEM_CUDA
+typedef struct gm__cuda {
+    int device;
+} gm__cuda;
+
+static gm_result gm__cu(const gm_context* ctx, cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return GM_OK;
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return GM_NOT_READY;
+    }
+    gm__log(ctx, e == cudaErrorMemoryAllocation ? GM_LOG_INFO : GM_LOG_ERROR, "cuda: %s: %s (%s)", what,
+            cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError(); /* clears the error if it is not sticky */
+    switch (e) {
+    case cudaErrorMemoryAllocation: return GM_ERR_OUT_OF_MEMORY;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorStartupFailure:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice: return GM_ERR_NO_DEVICE;
+    case cudaErrorInvalidResourceHandle: return GM_ERR_INVALID_STREAM;
+    default: return GM_ERR_BACKEND;
+    }
+}
+
+#define GM__CU_DEV(ctx) gm__cu((ctx), cudaSetDevice(((gm__cuda*)(ctx)->bs)->device), "cudaSetDevice")
+#define GM__CU_TRY(ctx, call)                    \
+    do {                                         \
+        gm_result gm__r_ = GM__CU_DEV(ctx);      \
+        if (gm__r_ != GM_OK) return gm__r_;      \
+        return gm__cu((ctx), (call), #call);     \
+    } while (0)
+
+static gm_result gm__cu_init(gm_context* ctx) {
+    int n = 0;
+    size_t f = 0, t = 0;
+    gm_result r;
+    gm__cuda* cu;
+    r = gm__cu(ctx, cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    if (r != GM_OK) return r == GM_ERR_BACKEND ? GM_ERR_NO_DEVICE : r;
+    if (ctx->desc.device < 0 || ctx->desc.device >= n) {
+        gm__log(ctx, GM_LOG_ERROR, "cuda: device %d requested, %d present", ctx->desc.device, n);
+        return GM_ERR_NO_DEVICE;
+    }
+    r = gm__cu(ctx, cudaSetDevice(ctx->desc.device), "cudaSetDevice");
+    if (r != GM_OK) return r;
+    r = gm__cu(ctx, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    if (r != GM_OK) return r;
+    cu = (gm__cuda*)gm__calloc(sizeof *cu);
+    if (!cu) return GM_ERR_HOST_OUT_OF_MEMORY;
+    cu->device = ctx->desc.device;
+    ctx->bs = cu;
+    ctx->total = t;
+    return GM_OK;
+}
+
+static void gm__cu_shutdown(gm_context* ctx) {
+    GPUMEM_FREE(ctx->bs);
+    ctx->bs = NULL;
+}
+
+static gm_result gm__cu_mem_info(gm_context* ctx, size_t* f, size_t* t) {
+    GM__CU_TRY(ctx, cudaMemGetInfo(f, t));
+}
+static gm_result gm__cu_dev_alloc(gm_context* ctx, void** o, size_t n) { GM__CU_TRY(ctx, cudaMalloc(o, n)); }
+static gm_result gm__cu_dev_free(gm_context* ctx, void* p, size_t n) {
+    (void)n;
+    GM__CU_TRY(ctx, cudaFree(p));
+}
+static gm_result gm__cu_host_alloc(gm_context* ctx, void** o, size_t n) {
+    gm_result r = GM__CU_DEV(ctx);
+    if (r != GM_OK) return r;
+    r = gm__cu(ctx, cudaHostAlloc(o, n, cudaHostAllocPortable), "cudaHostAlloc");
+    return r == GM_ERR_OUT_OF_MEMORY ? GM_ERR_HOST_OUT_OF_MEMORY : r;
+}
+static gm_result gm__cu_host_free(gm_context* ctx, void* p, size_t n) {
+    (void)n;
+    GM__CU_TRY(ctx, cudaFreeHost(p));
+}
+static gm_result gm__cu_host_register(gm_context* ctx, void* p, size_t n) {
+    GM__CU_TRY(ctx, cudaHostRegister(p, n, cudaHostRegisterPortable));
+}
+static gm_result gm__cu_host_unregister(gm_context* ctx, void* p) { GM__CU_TRY(ctx, cudaHostUnregister(p)); }
+
+static gm_result gm__cu_managed_alloc(gm_context* ctx, void** o, size_t n) {
+    int dev = ((gm__cuda*)ctx->bs)->device;
+    gm_result r = GM__CU_DEV(ctx);
+    if (r != GM_OK) return r;
+    r = gm__cu(ctx, cudaMallocManaged(o, n, cudaMemAttachGlobal), "cudaMallocManaged");
+    if (r != GM_OK) return r;
+#if CUDART_VERSION >= 13000
+    {
+        struct cudaMemLocation loc;
+        loc.type = cudaMemLocationTypeDevice;
+        loc.id = dev;
+        r = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, loc), "cudaMemAdvise");
+    }
+#else
+    r = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, dev), "cudaMemAdvise");
+#endif
+    if (r != GM_OK) gm__log(ctx, GM_LOG_WARN, "cuda: managed memory is not advised to device %d", dev);
+    return GM_OK;
+}
+static gm_result gm__cu_managed_free(gm_context* ctx, void* p, size_t n) {
+    (void)n;
+    GM__CU_TRY(ctx, cudaFree(p));
+}
+static gm_result gm__cu_managed_prefetch(gm_context* ctx, void* p, size_t n, int to_dev, gm_stream s) {
+    int dev = ((gm__cuda*)ctx->bs)->device;
+#if CUDART_VERSION >= 13000
+    struct cudaMemLocation loc;
+    loc.type = to_dev ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+    loc.id = to_dev ? dev : 0;
+    GM__CU_TRY(ctx, cudaMemPrefetchAsync(p, n, loc, 0, (cudaStream_t)s));
+#else
+    GM__CU_TRY(ctx, cudaMemPrefetchAsync(p, n, to_dev ? dev : cudaCpuDeviceId, (cudaStream_t)s));
+#endif
+}
+
+static gm_result gm__cu_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind k,
+                             gm_stream s) {
+    enum cudaMemcpyKind ck = k == GM_COPY_HOST_TO_DEVICE ? cudaMemcpyHostToDevice
+                           : k == GM_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                           : k == GM_COPY_DEVICE_TO_DEVICE ? cudaMemcpyDeviceToDevice
+                                                           : cudaMemcpyHostToHost;
+    gm_result r = GM__CU_DEV(ctx);
+    if (r != GM_OK) return r;
+    r = gm__cu(ctx, cudaMemcpyAsync(dst, src, n, ck, (cudaStream_t)s), "cudaMemcpyAsync");
+    return r == GM_ERR_BACKEND ? GM_ERR_COPY_FAILED : r;
+}
+
+static gm_result gm__cu_launch_host(gm_context* ctx, gm_stream s, gm_host_fn fn, void* user) {
+    GM__CU_TRY(ctx, cudaLaunchHostFunc((cudaStream_t)s, fn, user));
+}
+static gm_result gm__cu_stream_create(gm_context* ctx, gm_stream* out) {
+    GM__CU_TRY(ctx, cudaStreamCreateWithFlags((cudaStream_t*)(void*)out, cudaStreamNonBlocking));
+}
+static gm_result gm__cu_stream_destroy(gm_context* ctx, gm_stream s) {
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "cuda: cannot destroy the default stream");
+    GM__CU_TRY(ctx, cudaStreamDestroy((cudaStream_t)s));
+}
+static gm_result gm__cu_stream_sync(gm_context* ctx, gm_stream s) {
+    GM__CU_TRY(ctx, cudaStreamSynchronize((cudaStream_t)s));
+}
+static int gm__cu_stream_valid(gm_context* ctx, gm_stream s) {
+    (void)ctx; (void)s; /* streams may come from other code (PyTorch): trust them */
+    return 1;
+}
+static gm_result gm__cu_device_sync(gm_context* ctx) { GM__CU_TRY(ctx, cudaDeviceSynchronize()); }
+static gm_result gm__cu_event_create(gm_context* ctx, void** out) {
+    GM__CU_TRY(ctx, cudaEventCreateWithFlags((cudaEvent_t*)(void*)out, cudaEventDisableTiming));
+}
+static gm_result gm__cu_event_destroy(gm_context* ctx, void* ev) {
+    GM__CU_TRY(ctx, cudaEventDestroy((cudaEvent_t)ev));
+}
+static gm_result gm__cu_event_record(gm_context* ctx, void* ev, gm_stream s) {
+    GM__CU_TRY(ctx, cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)s));
+}
+static gm_result gm__cu_event_query(gm_context* ctx, void* ev) {
+    return gm__cu(ctx, cudaEventQuery((cudaEvent_t)ev), "cudaEventQuery");
+}
+static gm_result gm__cu_event_sync(gm_context* ctx, void* ev) {
+    return gm__cu(ctx, cudaEventSynchronize((cudaEvent_t)ev), "cudaEventSynchronize");
+}
+static gm_result gm__cu_stream_wait_event(gm_context* ctx, gm_stream s, void* ev) {
+    GM__CU_TRY(ctx, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0));
+}
+
+static const gm__backend gm__cuda_backend = {
+    "cuda", gm__cu_init, gm__cu_shutdown, gm__cu_mem_info, gm__cu_dev_alloc, gm__cu_dev_free,
+    gm__cu_host_alloc, gm__cu_host_free, gm__cu_host_register, gm__cu_host_unregister,
+    gm__cu_managed_alloc, gm__cu_managed_free, gm__cu_managed_prefetch, gm__cu_copy,
+    gm__cu_launch_host, gm__cu_stream_create, gm__cu_stream_destroy, gm__cu_stream_sync,
+    gm__cu_stream_valid, gm__cu_device_sync, gm__cu_event_create, gm__cu_event_destroy,
+    gm__cu_event_record, gm__cu_event_query, gm__cu_event_sync, gm__cu_stream_wait_event};
+#endif /* GPUMEM_CUDA */
+
+/* >>stat ------------------------------------------------------------------
+   gm_stat updates. Every change goes to its pool's slot and to GM_STAT_ALL,
+   so the ALL peak is the peak of the sum, not the sum of the peaks. */
+static void gm__stat_one(gm_stat* s, int64_t d) {
+    s->current += d;
+    if (d > 0) s->allocated += d;
+    else s->freed -= d;
+    if (s->current > s->peak) s->peak = s->current;
+}
+
+static void gm__stat_add(gm_stat* s3, int pool, int64_t d) {
+    if (!d) return;
+    gm__stat_one(&s3[GM_STAT_ALL], d);
+    gm__stat_one(&s3[pool], d);
+}
+
+/* >>arena -----------------------------------------------------------------
+   An out-of-band block manager over segments of one address space (device
+   memory, the pinned pool, or a file's offsets). Invariants:
+   - a segment's blocks tile [base, base + size) in address order through
+     prev/next, each block's size a non-zero multiple of `align`;
+   - no two neighbours in a segment are both FREE (they are coalesced);
+   - the treap holds exactly the FREE blocks, ordered by (key, size, addr),
+     with each parent's prio >= its children's; a free block's key is its
+     segment's key;
+   - with `st` set: segment/reserved_bytes count the segments and
+     inactive_split(_bytes) the FREE blocks of segments that have more than
+     one block (PyTorch's "non-releasable" memory).
+   Best fit is one lower_bound: O(log n) expected. */
+static int gm__tr_cmp(const gm__block* a, uintptr_t key, size_t size, uintptr_t addr) {
+    if (a->key != key) return a->key < key ? -1 : 1;
+    if (a->size != size) return a->size < size ? -1 : 1;
+    if (a->addr != addr) return a->addr < addr ? -1 : 1;
+    return 0;
+}
+
+static gm__block* gm__tr_insert(gm__block* t, gm__block* n) {
+    if (!t) return n;
+    if (gm__tr_cmp(n, t->key, t->size, t->addr) < 0) {
+        t->l = gm__tr_insert(t->l, n);
+        if (t->l->prio > t->prio) { /* rotate right */
+            gm__block* x = t->l;
+            t->l = x->r;
+            x->r = t;
+            return x;
+        }
+    } else {
+        t->r = gm__tr_insert(t->r, n);
+        if (t->r->prio > t->prio) { /* rotate left */
+            gm__block* x = t->r;
+            t->r = x->l;
+            x->l = t;
+            return x;
+        }
+    }
+    return t;
+}
+
+static gm__block* gm__tr_merge(gm__block* a, gm__block* b) {
+    if (!a) return b;
+    if (!b) return a;
+    if (a->prio > b->prio) {
+        a->r = gm__tr_merge(a->r, b);
+        return a;
+    }
+    b->l = gm__tr_merge(a, b->l);
+    return b;
+}
+
+static gm__block* gm__tr_erase(gm__block* t, const gm__block* n) {
+    if (!t) return NULL;
+    if (t == n) return gm__tr_merge(t->l, t->r);
+    if (gm__tr_cmp(n, t->key, t->size, t->addr) < 0) t->l = gm__tr_erase(t->l, n);
+    else t->r = gm__tr_erase(t->r, n);
+    return t;
+}
+
+static void gm__arena_tree_add(gm__arena* a, gm__block* b) {
+    a->rng ^= a->rng << 13;
+    a->rng ^= a->rng >> 17;
+    a->rng ^= a->rng << 5;
+    b->prio = a->rng;
+    b->l = b->r = NULL;
+    b->key = b->seg->key;
+    a->root = gm__tr_insert(a->root, b);
+    a->nfree++;
+}
+
+static void gm__arena_tree_del(gm__arena* a, gm__block* b) {
+    a->root = gm__tr_erase(a->root, b);
+    b->l = b->r = NULL;
+    a->nfree--;
+}
+
+static void gm__arena_init(gm__arena* a, size_t align, gm_stats* st, int pool) {
+    memset(a, 0, sizeof *a);
+    a->align = align;
+    a->rng = 0x9e3779b9u ^ (uint32_t)pool;
+    a->st = st;
+    a->pool = pool;
+}
+
+#define GM__SLAB 128
+static gm__block* gm__arena_rec(gm__arena* a) {
+    gm__block* b;
+    if (!a->spare) {
+        size_t i, hdr = gm__round_up(sizeof(gm__chunk), sizeof(void*) * 2);
+        char* mem = (char*)GPUMEM_MALLOC(hdr + GM__SLAB * sizeof(gm__block));
+        if (!mem) return NULL;
+        ((gm__chunk*)(void*)mem)->next = a->chunks;
+        a->chunks = (gm__chunk*)(void*)mem;
+        for (i = 0; i < GM__SLAB; i++) {
+            gm__block* r = (gm__block*)(void*)(mem + hdr + i * sizeof(gm__block));
+            r->next = a->spare;
+            a->spare = r;
+        }
+    }
+    b = a->spare;
+    a->spare = b->next;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void gm__arena_unrec(gm__arena* a, gm__block* b) {
+    b->next = a->spare;
+    a->spare = b;
+}
+
+static void gm__arena_destroy(gm__arena* a) {
+    gm__seg* s;
+    while ((s = a->segs) != NULL) {
+        gm__block *b, *n;
+        for (b = s->first; b; b = n) {
+            n = b->next;
+            GPUMEM_FREE(b->uses);
+            GPUMEM_FREE(b->events);
+        }
+        a->segs = s->next;
+        GPUMEM_FREE(s);
+    }
+    while (a->chunks) {
+        gm__chunk* c = a->chunks;
+        a->chunks = c->next;
+        GPUMEM_FREE(c);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+static int gm__blk_split(const gm__block* b) { return b->prev != NULL || b->next != NULL; }
+
+static void gm__arena_split_stat(gm__arena* a, const gm__block* b, int sign) {
+    if (a->st && gm__blk_split(b)) {
+        gm__stat_add(a->st->inactive_split, a->pool, sign);
+        gm__stat_add(a->st->inactive_split_bytes, a->pool, sign * (int64_t)b->size);
+    }
+}
+
+/* A new segment as one free block; NULL when host memory runs out. */
+static gm__seg* gm__arena_add(gm__arena* a, uintptr_t base, size_t size, uintptr_t key) {
+    gm__seg* s = (gm__seg*)gm__calloc(sizeof *s);
+    gm__block* b = s ? gm__arena_rec(a) : NULL;
+    if (!b) {
+        GPUMEM_FREE(s);
+        return NULL;
+    }
+    s->base = base;
+    s->size = size;
+    s->arena = a;
+    s->key = key;
+    s->first = b;
+    s->next = a->segs;
+    if (a->segs) a->segs->prev = s;
+    a->segs = s;
+    a->nsegs++;
+    b->addr = base;
+    b->size = size;
+    b->seg = s;
+    b->state = GM__FREE;
+    gm__arena_tree_add(a, b);
+    if (a->st) {
+        gm__stat_add(a->st->segment, a->pool, 1);
+        gm__stat_add(a->st->reserved_bytes, a->pool, (int64_t)size);
+    }
+    return s;
+}
+
+/* The smallest free block of `key` with size >= size (lowest address among
+   equals), still in the tree; NULL if none. */
+static gm__block* gm__arena_find(const gm__arena* a, uintptr_t key, size_t size) {
+    gm__block *t = a->root, *best = NULL;
+    while (t) {
+        if (gm__tr_cmp(t, key, size, 0) >= 0) {
+            best = t;
+            t = t->l;
+        } else {
+            t = t->r;
+        }
+    }
+    return best && best->key == key ? best : NULL;
+}
+
+/* Takes free block b for `size` bytes; splits the rest off as a new free
+   block when it is at least `min_rest` (and a record can be had). */
+static gm__block* gm__arena_take(gm__arena* a, gm__block* b, size_t size, size_t min_rest) {
+    GPUMEM_ASSERT(b->state == GM__FREE && b->size >= size && size % a->align == 0);
+    gm__arena_tree_del(a, b);
+    gm__arena_split_stat(a, b, -1);
+    if (b->size - size >= min_rest && b->size > size) {
+        gm__block* r = gm__arena_rec(a);
+        if (r) {
+            r->addr = b->addr + size;
+            r->size = b->size - size;
+            r->seg = b->seg;
+            r->state = GM__FREE;
+            r->prev = b;
+            r->next = b->next;
+            if (b->next) b->next->prev = r;
+            b->next = r;
+            b->size = size;
+            gm__arena_tree_add(a, r);
+            gm__arena_split_stat(a, r, +1);
+        }
+    }
+    b->state = GM__USED;
+    return b;
+}
+
+/* Returns b to the free tree, coalesced with free neighbours; returns the
+   resulting block (b's record may be recycled). */
+static gm__block* gm__arena_give(gm__arena* a, gm__block* b) {
+    gm__block* n;
+    GPUMEM_ASSERT(b->state != GM__FREE);
+    if (b->prev && b->prev->state == GM__FREE) {
+        gm__block* p = b->prev;
+        gm__arena_tree_del(a, p);
+        gm__arena_split_stat(a, p, -1);
+        p->size += b->size;
+        p->next = b->next;
+        if (b->next) b->next->prev = p;
+        GPUMEM_FREE(b->uses);
+        GPUMEM_FREE(b->events);
+        gm__arena_unrec(a, b);
+        b = p;
+    }
+    n = b->next;
+    if (n && n->state == GM__FREE) {
+        gm__arena_tree_del(a, n);
+        gm__arena_split_stat(a, n, -1);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        gm__arena_unrec(a, n);
+    }
+    GPUMEM_FREE(b->uses);
+    GPUMEM_FREE(b->events);
+    b->uses = NULL;
+    b->events = NULL;
+    b->nuses = b->capuses = b->nevents = 0;
+    b->requested = 0;
+    b->state = GM__FREE;
+    gm__arena_tree_add(a, b);
+    gm__arena_split_stat(a, b, +1);
+    return b;
+}
+
+static int gm__seg_whole_free(const gm__seg* s) { return s->first->state == GM__FREE && !s->first->next; }
+
+/* Gives a whole-free segment a new owner key. */
+static void gm__arena_rekey(gm__arena* a, gm__seg* s, uintptr_t key) {
+    GPUMEM_ASSERT(gm__seg_whole_free(s));
+    gm__arena_tree_del(a, s->first);
+    s->key = key;
+    gm__arena_tree_add(a, s->first);
+}
+
+/* Forgets a whole-free segment; the caller returns its memory. */
+static void gm__arena_drop(gm__arena* a, gm__seg* s) {
+    GPUMEM_ASSERT(gm__seg_whole_free(s));
+    gm__arena_tree_del(a, s->first);
+    gm__arena_unrec(a, s->first);
+    if (s->prev) s->prev->next = s->next;
+    else a->segs = s->next;
+    if (s->next) s->next->prev = s->prev;
+    a->nsegs--;
+    if (a->st) {
+        gm__stat_add(a->st->segment, a->pool, -1);
+        gm__stat_add(a->st->reserved_bytes, a->pool, -(int64_t)s->size);
+    }
+    GPUMEM_FREE(s);
+}
+
+/* The segment holding address p, or NULL. */
+static gm__seg* gm__arena_seg_of(const gm__arena* a, uintptr_t p) {
+    gm__seg* s;
+    for (s = a->segs; s; s = s->next)
+        if (p >= s->base && p - s->base < s->size) return s;
+    return NULL;
+}
+
+/* Walk of the tree: order, heap and key invariants; counts its nodes. */
+static int gm__arena_check_tree(const gm_context* ctx, const gm__block* t, const gm__block** last,
+                                size_t* count, int depth) {
+    int bad = 0;
+    if (!t) return 0;
+    if (depth > 10000) {
+        gm__log(ctx, GM_LOG_ERROR, "check: free tree deeper than 10000 (a cycle?)");
+        return 1;
+    }
+    if (t->l && t->l->prio > t->prio) bad++;
+    if (t->r && t->r->prio > t->prio) bad++;
+    bad += gm__arena_check_tree(ctx, t->l, last, count, depth + 1);
+    if (*last && gm__tr_cmp(*last, t->key, t->size, t->addr) >= 0) {
+        gm__log(ctx, GM_LOG_ERROR, "check: free tree out of order at %#lx", (unsigned long)t->addr);
+        bad++;
+    }
+    if (t->state != GM__FREE || t->key != t->seg->key) {
+        gm__log(ctx, GM_LOG_ERROR, "check: tree node %#lx not free or with a stale key", (unsigned long)t->addr);
+        bad++;
+    }
+    *last = t;
+    (*count)++;
+    bad += gm__arena_check_tree(ctx, t->r, last, count, depth + 1);
+    return bad;
+}
+
+/* Counts broken arena invariants; adds USED and PENDING block counts and
+   bytes to the outputs for the allocator's own checks. */
+static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* used_n, int64_t* used_b,
+                           int64_t* pend_n, int64_t* pend_b, int64_t* req_b) {
+    const gm__seg* s;
+    const gm__block* last = NULL;
+    size_t tree_n = 0, free_n = 0, nsegs = 0;
+    int64_t reserved = 0, split_n = 0, split_b = 0;
+    int bad = gm__arena_check_tree(ctx, a->root, &last, &tree_n, 0);
+    for (s = a->segs; s; s = s->next) {
+        const gm__block* b;
+        uintptr_t at = s->base;
+        nsegs++;
+        reserved += (int64_t)s->size;
+        if (s->arena != a || (s->next && s->next->prev != s)) bad++;
+        if (!s->first || s->first->prev) bad++;
+        for (b = s->first; b; b = b->next) {
+            if (b->seg != s || b->addr != at || !b->size || b->size % a->align || (b->next && b->next->prev != b)) {
+                gm__log(ctx, GM_LOG_ERROR, "check: block %#lx breaks the tiling of segment %#lx",
+                        (unsigned long)b->addr, (unsigned long)s->base);
+                bad++;
+                break;
+            }
+            at += b->size;
+            if (b->state == GM__FREE) {
+                free_n++;
+                if (b->next && b->next->state == GM__FREE) {
+                    gm__log(ctx, GM_LOG_ERROR, "check: free neighbours at %#lx not coalesced", (unsigned long)b->addr);
+                    bad++;
+                }
+                if (gm__blk_split(b)) {
+                    split_n++;
+                    split_b += (int64_t)b->size;
+                }
+            } else if (b->state == GM__USED) {
+                *used_n += 1;
+                *used_b += (int64_t)b->size;
+                *req_b += (int64_t)b->requested;
+                if (b->requested > b->size) bad++;
+            } else {
+                *pend_n += 1;
+                *pend_b += (int64_t)b->size;
+            }
+        }
+        if (at != s->base + s->size) {
+            gm__log(ctx, GM_LOG_ERROR, "check: blocks of segment %#lx do not add up to its size", (unsigned long)s->base);
+            bad++;
+        }
+    }
+    if (tree_n != free_n || tree_n != a->nfree || nsegs != a->nsegs) {
+        gm__log(ctx, GM_LOG_ERROR, "check: %zu free blocks, %zu in the tree, %zu counted; %zu segments, %zu counted",
+                free_n, tree_n, a->nfree, nsegs, a->nsegs);
+        bad++;
+    }
+    if (a->st) {
+        const gm_stats* st = a->st;
+        if (st->segment[a->pool].current != (int64_t)nsegs || st->reserved_bytes[a->pool].current != reserved ||
+            st->inactive_split[a->pool].current != split_n || st->inactive_split_bytes[a->pool].current != split_b) {
+            gm__log(ctx, GM_LOG_ERROR, "check: pool %d statistics differ from a walk of its segments", a->pool);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* >>ptrmap ----------------------------------------------------------------
+   Allocated blocks by address: open addressing, linear probing, deletion by
+   backward shift (no tombstones). Invariants: cap is a power of two, at
+   most half full; key 0 marks an empty slot (no block starts at 0). */
+static size_t gm__map_home(const gm__ptrmap* m, uintptr_t k) {
+    uint64_t h = (uint64_t)(k >> 9) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 29)) & (m->cap - 1);
+}
+
+static int gm__map_grow(gm__ptrmap* m) {
+    gm__ptrmap n;
+    size_t i;
+    n.cap = m->cap ? m->cap * 2 : 256;
+    n.count = 0;
+    n.keys = (uintptr_t*)gm__calloc(n.cap * sizeof(uintptr_t));
+    n.vals = (gm__block**)GPUMEM_MALLOC(n.cap * sizeof(gm__block*));
+    if (!n.keys || !n.vals) {
+        GPUMEM_FREE(n.keys);
+        GPUMEM_FREE(n.vals);
+        return 0;
+    }
+    for (i = 0; i < m->cap; i++) {
+        if (m->keys[i]) {
+            size_t j = gm__map_home(&n, m->keys[i]);
+            while (n.keys[j]) j = (j + 1) & (n.cap - 1);
+            n.keys[j] = m->keys[i];
+            n.vals[j] = m->vals[i];
+            n.count++;
+        }
+    }
+    GPUMEM_FREE(m->keys);
+    GPUMEM_FREE(m->vals);
+    *m = n;
+    return 1;
+}
+
+static int gm__map_put(gm__ptrmap* m, uintptr_t k, gm__block* v) {
+    size_t i;
+    if ((m->count + 1) * 2 > m->cap && !gm__map_grow(m)) return 0;
+    i = gm__map_home(m, k);
+    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
+    m->keys[i] = k;
+    m->vals[i] = v;
+    m->count++;
+    return 1;
+}
+
+static size_t gm__map_slot(const gm__ptrmap* m, uintptr_t k) {
+    size_t i;
+    if (!m->cap || !k) return (size_t)-1;
+    for (i = gm__map_home(m, k); m->keys[i]; i = (i + 1) & (m->cap - 1))
+        if (m->keys[i] == k) return i;
+    return (size_t)-1;
+}
+
+static gm__block* gm__map_get(const gm__ptrmap* m, uintptr_t k) {
+    size_t i = gm__map_slot(m, k);
+    return i == (size_t)-1 ? NULL : m->vals[i];
+}
+
+static gm__block* gm__map_del(gm__ptrmap* m, uintptr_t k) {
+    size_t i = gm__map_slot(m, k), j, mask = m->cap - 1;
+    gm__block* v;
+    if (i == (size_t)-1) return NULL;
+    v = m->vals[i];
+    for (j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
+        size_t h = gm__map_home(m, m->keys[j]);
+        /* the entry at j may move back to i unless its home lies in (i, j] */
+        if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
+        m->keys[i] = m->keys[j];
+        m->vals[i] = m->vals[j];
+        i = j;
+    }
+    m->keys[i] = 0;
+    m->count--;
+    return v;
+}
+
+/* >>streams ---------------------------------------------------------------
+   The allocator's per-stream state (gm__sstate) and its recycled events.
+   Entries are never removed, so a block's segment key (index + 1) stays
+   valid; a destroyed stream is marked dead and revived if its handle comes
+   back. Invariants: safe_epoch < epoch; fence_pending implies
+   safe_epoch < fence_epoch < epoch; a segment's free_epoch <= its owner's
+   dirty_epoch <= epoch. */
+static gm_result gm__ev_get(gm_context* ctx, void** ev) {
+    if (ctx->nevfree) {
+        *ev = ctx->evfree[--ctx->nevfree];
+        return GM_OK;
+    }
+    return ctx->be->event_create(ctx, ev);
+}
+
+static void gm__ev_put(gm_context* ctx, void* ev) {
+    if (ctx->nevfree == ctx->capevfree) {
+        uint32_t cap = ctx->capevfree ? ctx->capevfree * 2 : 16;
+        void** n = (void**)gm__grow_array(ctx->evfree, ctx->capevfree * sizeof(void*), cap * sizeof(void*));
+        if (!n) {
+            ctx->be->event_destroy(ctx, ev);
+            return;
+        }
+        ctx->evfree = n;
+        ctx->capevfree = cap;
+    }
+    ctx->evfree[ctx->nevfree++] = ev;
+}
+
+/* Finds or adds the state of stream s. */
+static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
+    uint32_t i;
+    gm__sstate* e;
+    if (GM__LIKELY(ctx->last_ss < ctx->nss && ctx->ss[ctx->last_ss].stream == s && !ctx->ss[ctx->last_ss].dead)) {
+        *out = ctx->last_ss;
+        return GM_OK;
+    }
+    for (i = 0; i < ctx->nss; i++) {
+        if (ctx->ss[i].stream == s) {
+            if (ctx->ss[i].dead) {
+                if (!ctx->be->stream_valid(ctx, s))
+                    return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "unknown or destroyed stream %p", (void*)s);
+                ctx->ss[i].dead = 0;
+            }
+            *out = ctx->last_ss = i;
+            return GM_OK;
+        }
+    }
+    if (!ctx->be->stream_valid(ctx, s))
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "unknown or destroyed stream %p", (void*)s);
+    if (ctx->nss == ctx->capss) {
+        uint32_t cap = ctx->capss ? ctx->capss * 2 : 8;
+        gm__sstate* n = (gm__sstate*)gm__grow_array(ctx->ss, ctx->capss * sizeof *n, cap * sizeof *n);
+        if (!n) return GM_ERR_HOST_OUT_OF_MEMORY;
+        ctx->ss = n;
+        ctx->capss = cap;
+    }
+    e = &ctx->ss[ctx->nss];
+    memset(e, 0, sizeof *e);
+    e->stream = s;
+    e->epoch = 1;
+    *out = ctx->last_ss = ctx->nss++;
+    return GM_OK;
+}
+
+static gm__sstate* gm__owner(gm_context* ctx, const gm__seg* seg) { return &ctx->ss[seg->key - 1]; }
+
+static void gm__fence_poll(gm_context* ctx, gm__sstate* s) {
+    if (s->fence_pending && ctx->be->event_query(ctx, s->fence) != GM_NOT_READY) {
+        s->safe_epoch = s->fence_epoch;
+        s->fence_pending = 0;
+    }
+}
+
+/* Makes sure a fence covering every free made on s so far is recorded. */
+static void gm__fence_need(gm_context* ctx, gm__sstate* s) {
+    uint64_t need = s->dirty_epoch;
+    if (s->dead || need <= s->safe_epoch || (s->fence_pending && s->fence_epoch >= need)) return;
+    if (!s->fence && gm__ev_get(ctx, &s->fence) != GM_OK) {
+        s->fence = NULL;
+        return;
+    }
+    if (ctx->be->event_record(ctx, s->fence, s->stream) != GM_OK) return;
+    s->fence_epoch = s->epoch++;
+    s->fence_pending = 1;
+}
+
+static void gm__fence_wait(gm_context* ctx, gm__sstate* s) {
+    if (s->fence_pending) {
+        if (ctx->be->event_sync(ctx, s->fence) != GM_OK) ctx->be->stream_sync(ctx, s->stream);
+        s->safe_epoch = s->fence_epoch;
+        s->fence_pending = 0;
+    }
+}
+
+/* Whether the owner's last use of a whole-free segment has completed.
+   Non-blocking unless wait; records a fence when one is needed. */
+static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
+    gm__sstate* s = gm__owner(ctx, seg);
+    if (s->dead || seg->free_epoch <= s->safe_epoch) return 1;
+    gm__fence_poll(ctx, s);
+    if (seg->free_epoch <= s->safe_epoch) return 1;
+    gm__fence_need(ctx, s);
+    if (wait) gm__fence_wait(ctx, s);
+    else gm__fence_poll(ctx, s);
+    return seg->free_epoch <= s->safe_epoch;
+}
+
+/* >>alloc -----------------------------------------------------------------
+   The caching allocator. Invariants: a USED block is in the pointer map
+   under its address and nowhere else; a PENDING block (freed, with
+   record_stream events outstanding) is in ctx->pending; every block of a
+   segment serves the stream of its segment's key; reserved bytes never
+   exceed the budget; statistics change only here and in the arena. */
+#define GM__ROUND 512
+#define GM__SMALL_MAX GM__MIB
+#define GM__SMALL_SEG (2 * GM__MIB)
+#define GM__LARGE_SEG (20 * GM__MIB)
+#define GM__MIN_LARGE (10 * GM__MIB)
+#define GM__MAX_REQUEST ((size_t)1 << 60)
+
+static size_t gm__round_req(size_t n) { return n < GM__ROUND ? GM__ROUND : gm__round_up(n, GM__ROUND); }
+static int gm__pool_of(size_t rsize) { return rsize <= GM__SMALL_MAX ? 0 : 1; }
+static int gm__pool_stat(int pl) { return pl == 0 ? GM_STAT_SMALL_POOL : GM_STAT_LARGE_POOL; }
+
+static size_t gm__seg_size(size_t rsize) {
+    if (rsize <= GM__SMALL_MAX) return GM__SMALL_SEG;
+    if (rsize < GM__MIN_LARGE) return GM__LARGE_SEG;
+    return gm__round_up(rsize, 2 * GM__MIB);
+}
+
+/* PyTorch's max_split_size rule: big blocks are kept for big requests. */
+static int gm__fits(const gm_context* ctx, int pl, size_t rsize, size_t bsize) {
+    size_t ms = ctx->desc.max_split_size;
+    if (!ms || pl == 0) return 1;
+    if (rsize < ms) return bsize < ms;
+    return bsize < rsize + GM__LARGE_SEG;
+}
+
+static size_t gm__min_rest(const gm_context* ctx, int pl, const gm__block* b) {
+    if (ctx->desc.caching == GM_TOGGLE_OFF) return (size_t)-1;
+    if (pl == 0) return GM__ROUND;
+    if (ctx->desc.max_split_size && b->size >= ctx->desc.max_split_size) return (size_t)-1;
+    return GM__SMALL_MAX + 1;
+}
+
+static gm__block* gm__pool_find(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
+    gm__block* b = gm__arena_find(&ctx->pool[pl], (uintptr_t)si + 1, rsize);
+    return b && gm__fits(ctx, pl, rsize, b->size) ? b : NULL;
+}
+
+/* Step 1b: a whole-free segment of another stream, once its last use there
+   completed; the best fitting one moves to stream si. */
+static gm__block* gm__adopt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
+    gm__seg *s, *best = NULL;
+    if (ctx->nss < 2) return NULL;
+    for (s = ctx->pool[pl].segs; s; s = s->next) {
+        if (s->key == (uintptr_t)si + 1 || s->size < rsize || !gm__seg_whole_free(s)) continue;
+        if (!gm__fits(ctx, pl, rsize, s->size) || (best && s->size >= best->size)) continue;
+        if (gm__seg_safe(ctx, s, wait)) best = s;
+    }
+    if (!best) return NULL;
+    gm__arena_rekey(&ctx->pool[pl], best, (uintptr_t)si + 1);
+    return best->first;
+}
+
+static int gm__release_seg(gm_context* ctx, gm__seg* s) {
+    gm__arena* a = s->arena;
+    void* base = (void*)s->base;
+    size_t size = s->size;
+    if (ctx->be->dev_free(ctx, base, size) != GM_OK) return 0;
+    gm__arena_drop(a, s);
+    ctx->stats.num_device_free++;
+    return 1;
+}
+
+/* Gives back whole-free segments whose last use completed (waiting for it
+   when asked), oldest first, until reserved <= target. Returns bytes. */
+static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
+    size_t freed = 0;
+    for (;;) {
+        gm__seg *s, *old = NULL;
+        int pl;
+        if (ctx->stats.reserved_bytes[GM_STAT_ALL].current <= target) break;
+        for (pl = 0; pl < 2; pl++)
+            for (s = ctx->pool[pl].segs; s; s = s->next)
+                if (gm__seg_whole_free(s) && (!old || s->tick < old->tick) && gm__seg_safe(ctx, s, wait)) old = s;
+        if (!old) break;
+        freed += old->size;
+        if (!gm__release_seg(ctx, old)) break;
+    }
+    return freed;
+}
+
+/* Step 2: a new segment within the budget: the usual size, else the request
+   rounded to 2 MiB, else the request itself, so a tight budget is used to
+   the last 512 bytes. */
+static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
+    size_t cand[3];
+    int i;
+    cand[0] = ctx->desc.caching == GM_TOGGLE_OFF ? rsize : gm__seg_size(rsize);
+    cand[1] = gm__round_up(rsize, 2 * GM__MIB);
+    cand[2] = rsize;
+    for (i = 0; i < 3; i++) {
+        size_t c = cand[i];
+        int64_t reserved = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+        void* p = NULL;
+        gm_result r;
+        gm__seg* seg;
+        if ((i && c >= cand[i - 1]) || c < rsize) continue;
+        if ((uint64_t)reserved + c > (uint64_t)ctx->budget) continue;
+        if (ctx->desc.gc_threshold > 0 && (double)((uint64_t)reserved + c) > ctx->desc.gc_threshold * (double)ctx->budget)
+            gm__release(ctx, 0, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - (int64_t)c);
+        r = ctx->be->dev_alloc(ctx, &p, c);
+        if (r == GM_ERR_OUT_OF_MEMORY) continue;
+        if (r != GM_OK) return NULL;
+        ctx->stats.num_device_alloc++;
+        seg = gm__arena_add(&ctx->pool[pl], (uintptr_t)p, c, (uintptr_t)si + 1);
+        if (!seg) {
+            ctx->be->dev_free(ctx, p, c);
+            ctx->stats.num_device_free++;
+            return NULL;
+        }
+        return seg->first;
+    }
+    return NULL;
+}
+
+/* A block's last use ended (its free, or its pending events): back to the
+   free tree on its segment's stream. */
+static void gm__free_block(gm_context* ctx, gm__block* b) {
+    gm__seg* seg = b->seg;
+    gm__sstate* s = gm__owner(ctx, seg);
+    int pl = (int)(seg->arena - ctx->pool);
+    gm__stat_add(ctx->stats.active, gm__pool_stat(pl), -1);
+    gm__stat_add(ctx->stats.active_bytes, gm__pool_stat(pl), -(int64_t)b->size);
+    seg->free_epoch = s->dirty_epoch = s->epoch;
+    seg->tick = ++ctx->tick;
+    gm__arena_give(&ctx->pool[pl], b);
+    if (ctx->desc.caching == GM_TOGGLE_OFF && gm__seg_whole_free(seg) && gm__seg_safe(ctx, seg, 1))
+        gm__release_seg(ctx, seg);
+}
+
+static void gm__pending_unlink(gm_context* ctx, gm__block* b) {
+    if (b->l) b->l->r = b->r;
+    else ctx->pending = b->r;
+    if (b->r) b->r->l = b->l;
+    b->l = b->r = NULL;
+    ctx->npending--;
+}
+
+/* Pending blocks whose events all completed become free. */
+static void gm__process_pending(gm_context* ctx, int wait) {
+    gm__block *b = ctx->pending, *next;
+    for (; b; b = next) {
+        next = b->r;
+        while (b->nevents) {
+            void* ev = b->events[b->nevents - 1];
+            gm_result r = wait ? ctx->be->event_sync(ctx, ev) : ctx->be->event_query(ctx, ev);
+            if (r == GM_NOT_READY) break;
+            if (r != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
+            gm__ev_put(ctx, ev);
+            b->nevents--;
+        }
+        if (!b->nevents) {
+            gm__pending_unlink(ctx, b);
+            gm__free_block(ctx, b);
+        }
+    }
+}
+
+/* Step 4: wait for every pending free and every stream fence. */
+static void gm__wait_all(gm_context* ctx) {
+    uint32_t i;
+    gm__process_pending(ctx, 1);
+    for (i = 0; i < ctx->nss; i++) {
+        gm__fence_need(ctx, &ctx->ss[i]);
+        gm__fence_wait(ctx, &ctx->ss[i]);
+    }
+    ctx->stats.num_sync_all_streams++;
+}
+
+static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
+    char a[32], b[32], c[32], d[32], e[32], f[32];
+    size_t fr = 0, tot = 0;
+    int64_t alloc = ctx->stats.allocated_bytes[GM_STAT_ALL].current;
+    int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+    if (ctx->be->mem_info(ctx, &fr, &tot) != GM_OK) fr = tot = 0;
+    gm__log(ctx, GM_LOG_ERROR,
+            "out of memory: tried to allocate %s (%zu bytes, rounded to %zu); device capacity %s, budget %s; "
+            "%s allocated; %s reserved but unallocated; %s free on the device",
+            gm__fmt_bytes(a, sizeof a, (double)size), size, rsize, gm__fmt_bytes(b, sizeof b, (double)tot),
+            gm__fmt_bytes(c, sizeof c, (double)ctx->budget), gm__fmt_bytes(d, sizeof d, (double)alloc),
+            gm__fmt_bytes(e, sizeof e, (double)(resv - alloc)), gm__fmt_bytes(f, sizeof f, (double)fr));
+}
+
+/* Steps 1b to 7 of the ladder, with the lock held on entry and exit (it is
+   dropped around the tier manager and the user hook). */
+static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream) {
+    gm__block* b;
+    int rounds;
+    for (rounds = 0; rounds < 4; rounds++) {
+        if ((b = gm__adopt(ctx, pl, *si, rsize, 0)) != NULL) return b;
+        if ((b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
+        ctx->stats.num_alloc_retries++;
+        if (gm__release(ctx, 0, 0) && (b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
+        gm__wait_all(ctx);
+        if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
+        if ((b = gm__adopt(ctx, pl, *si, rsize, 1)) != NULL) return b;
+        gm__release(ctx, 1, 0);
+        if ((b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
+        if (ctx->tier_evict) {
+            size_t got;
+            pthread_mutex_unlock(&ctx->mu);
+            got = ctx->tier_evict(ctx, rsize, ctx->tier);
+            pthread_mutex_lock(&ctx->mu);
+            if (gm__ss_index(ctx, stream, si) != GM_OK) return NULL;
+            if (got) continue;
+        }
+        if (ctx->desc.oom_fn) {
+            gm_oom_action act;
+            ctx->stats.num_oom_hook_calls++;
+            pthread_mutex_unlock(&ctx->mu);
+            act = ctx->desc.oom_fn(ctx, size, stream, ctx->desc.oom_user);
+            pthread_mutex_lock(&ctx->mu);
+            if (gm__ss_index(ctx, stream, si) != GM_OK) return NULL;
+            if (act == GM_OOM_RETRY) {
+                gm__process_pending(ctx, 0);
+                if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
+                continue;
+            }
+        }
+        break;
+    }
+    ctx->stats.num_ooms++;
+    gm__oom_message(ctx, size, rsize);
+    return NULL;
+}
+
+GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+    size_t rsize;
+    int pl, ps;
+    uint32_t si;
+    gm__block* b;
+    gm_result r;
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (size == 0) return GM_OK;
+    pthread_mutex_lock(&ctx->mu);
+    if (size > GM__MAX_REQUEST) {
+        ctx->stats.num_ooms++;
+        gm__oom_message(ctx, size, size);
+        pthread_mutex_unlock(&ctx->mu);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    rsize = gm__round_req(size);
+    pl = gm__pool_of(rsize);
+    ps = gm__pool_stat(pl);
+    r = gm__ss_index(ctx, stream, &si);
+    if (r != GM_OK) {
+        pthread_mutex_unlock(&ctx->mu);
+        return r;
+    }
+    if (ctx->pending) gm__process_pending(ctx, 0);
+    b = gm__pool_find(ctx, pl, si, rsize);
+    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream);
+    if (!b) {
+        pthread_mutex_unlock(&ctx->mu);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, b));
+    if (!gm__map_put(&ctx->map, b->addr, b)) {
+        gm__arena_give(&ctx->pool[pl], b);
+        pthread_mutex_unlock(&ctx->mu);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    b->requested = size;
+    gm__stat_add(ctx->stats.allocation, ps, 1);
+    gm__stat_add(ctx->stats.allocated_bytes, ps, (int64_t)b->size);
+    gm__stat_add(ctx->stats.requested_bytes, ps, (int64_t)size);
+    gm__stat_add(ctx->stats.active, ps, 1);
+    gm__stat_add(ctx->stats.active_bytes, ps, (int64_t)b->size);
+    *out = (void*)b->addr;
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+/* Why a pointer is not in the map: freed already, or never ours. */
+static gm_result gm__diagnose(gm_context* ctx, const void* ptr, const char* what) {
+    uintptr_t p = (uintptr_t)ptr;
+    int pl;
+    for (pl = 0; pl < 2; pl++) {
+        gm__seg* s = gm__arena_seg_of(&ctx->pool[pl], p);
+        gm__block* b;
+        if (!s) continue;
+        for (b = s->first; b; b = b->next) {
+            if (p >= b->addr && p - b->addr < b->size) {
+                if (b->state != GM__USED)
+                    return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "%s: %p was already freed", what, ptr);
+                break;
+            }
+        }
+        return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p points inside a block, not at its start", what, ptr);
+    }
+    return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p was not allocated by this context", what, ptr);
+}
+
+GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
+    gm__block* b;
+    int pl, ps;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (!ptr) return GM_OK;
+    pthread_mutex_lock(&ctx->mu);
+    b = gm__map_del(&ctx->map, (uintptr_t)ptr);
+    if (!b) {
+        gm_result r = gm__diagnose(ctx, ptr, "gm_free");
+        pthread_mutex_unlock(&ctx->mu);
+        return r;
+    }
+    pl = (int)(b->seg->arena - ctx->pool);
+    ps = gm__pool_stat(pl);
+    gm__stat_add(ctx->stats.allocation, ps, -1);
+    gm__stat_add(ctx->stats.allocated_bytes, ps, -(int64_t)b->size);
+    gm__stat_add(ctx->stats.requested_bytes, ps, -(int64_t)b->requested);
+    if (b->nuses) {
+        uint32_t i;
+        b->events = (void**)GPUMEM_MALLOC(b->nuses * sizeof(void*));
+        for (i = 0; i < b->nuses && b->events; i++) {
+            void* ev;
+            gm__sstate* s = &ctx->ss[b->uses[i]];
+            if (s->dead) continue;
+            if (gm__ev_get(ctx, &ev) != GM_OK) break;
+            if (ctx->be->event_record(ctx, ev, s->stream) != GM_OK) {
+                gm__ev_put(ctx, ev);
+                break;
+            }
+            b->events[b->nevents++] = ev;
+        }
+        if (i < b->nuses) { /* could not record them all: wait for the device instead */
+            gm__log(ctx, GM_LOG_WARN, "gm_free: cannot record stream events; synchronizing the device");
+            ctx->be->device_sync(ctx);
+            while (b->nevents) gm__ev_put(ctx, b->events[--b->nevents]);
+        }
+    }
+    if (b->nevents) {
+        b->state = GM__PENDING;
+        b->l = NULL;
+        b->r = ctx->pending;
+        if (ctx->pending) ctx->pending->l = b;
+        ctx->pending = b;
+        ctx->npending++;
+    } else {
+        gm__free_block(ctx, b);
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stream) {
+    gm__block* b;
+    uint32_t si, i;
+    gm_result r;
+    if (!ctx || !ptr) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    b = gm__map_get(&ctx->map, (uintptr_t)ptr);
+    if (!b) r = gm__diagnose(ctx, ptr, "gm_record_stream");
+    else r = gm__ss_index(ctx, stream, &si);
+    if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
+        for (i = 0; i < b->nuses && b->uses[i] != si; i++) {}
+        if (i == b->nuses) {
+            if (b->nuses == b->capuses) {
+                uint32_t cap = b->capuses ? b->capuses * 2 : 2;
+                uint32_t* n = (uint32_t*)gm__grow_array(b->uses, b->capuses * sizeof(uint32_t), cap * sizeof(uint32_t));
+                if (!n) r = GM_ERR_HOST_OUT_OF_MEMORY;
+                else {
+                    b->uses = n;
+                    b->capuses = cap;
+                }
+            }
+            if (r == GM_OK) b->uses[b->nuses++] = si;
+        }
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    gm__wait_all(ctx);
+    gm__release(ctx, 1, 0);
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* size) {
+    gm__block* b;
+    gm_result r = GM_OK;
+    if (!ctx || !size) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    b = gm__map_get(&ctx->map, (uintptr_t)ptr);
+    if (b) *size = b->size;
+    else r = gm__diagnose(ctx, ptr, "gm_block_size");
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
+}
+
+/* >>summary ---------------------------------------------------------------
+   Statistics out: a copy, resets, and the text table. */
+GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out) {
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    *out = ctx->stats;
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_reset_peak_stats(gm_context* ctx) {
+    int i;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    for (i = 0; i < GM_STAT_POOLS; i++) {
+#define GM__RESET_PEAK(name, is_bytes) ctx->stats.name[i].peak = ctx->stats.name[i].current;
+        GM_STAT_LIST(GM__RESET_PEAK)
+#undef GM__RESET_PEAK
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_reset_accumulated_stats(gm_context* ctx) {
+    int i;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    for (i = 0; i < GM_STAT_POOLS; i++) {
+#define GM__RESET_ACC(name, is_bytes) ctx->stats.name[i].allocated = ctx->stats.name[i].freed = 0;
+        GM_STAT_LIST(GM__RESET_ACC)
+#undef GM__RESET_ACC
+    }
+#define GM__RESET_CTR(name) ctx->stats.name = 0;
+    GM_COUNTER_LIST(GM__RESET_CTR)
+#undef GM__RESET_CTR
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+typedef struct gm__buf {
+    char* p;
+    size_t cap, len;
+} gm__buf;
+
+GM__PRINTF(2, 3) static void gm__bprintf(gm__buf* b, const char* fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(b->len < b->cap ? b->p + b->len : NULL, b->len < b->cap ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len += (size_t)n;
+}
+
+static void gm__summary_cell(gm__buf* b, int64_t v, int is_bytes) {
+    char tmp[32];
+    if (is_bytes) gm__fmt_bytes(tmp, sizeof tmp, (double)v);
+    else snprintf(tmp, sizeof tmp, "%lld", (long long)v);
+    gm__bprintf(b, " %12s |", tmp);
+}
+
+static void gm__summary_row(gm__buf* b, const char* label, const gm_stat* s, int is_bytes) {
+    static const char* pools[] = {"", "  from small pool", "  from large pool"};
+    int i;
+    for (i = 0; i < GM_STAT_POOLS; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "%s%s", i == 0 ? label : "", pools[i]);
+        gm__bprintf(b, "| %-26s|", name);
+        gm__summary_cell(b, s[i].current, is_bytes);
+        gm__summary_cell(b, s[i].peak, is_bytes);
+        gm__summary_cell(b, s[i].allocated, is_bytes);
+        gm__summary_cell(b, s[i].freed, is_bytes);
+        gm__bprintf(b, "\n");
+    }
+}
+
+GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
+    static const char* rule = "|---------------------------------------------------------------------------------|\n";
+    gm_stats st;
+    gm__buf b;
+    char t1[32];
+    b.p = buf;
+    b.cap = cap;
+    b.len = 0;
+    if (cap) buf[0] = 0;
+    if (gm_get_stats(ctx, &st) != GM_OK) return 0;
+    gm__bprintf(&b, "%s| gpumem summary: backend %-8s device %-3d budget %-12s caching %-3s              |\n%s",
+                rule, ctx->be->name, ctx->desc.device, gm__fmt_bytes(t1, sizeof t1, (double)ctx->budget),
+                ctx->desc.caching == GM_TOGGLE_OFF ? "off" : "on", rule);
+    gm__bprintf(&b, "| %-26s| %12s | %12s | %12s | %12s |\n%s", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
+                "Tot Freed", rule);
+    gm__summary_row(&b, "Allocated memory", st.allocated_bytes, 1);
+    gm__summary_row(&b, "Active memory", st.active_bytes, 1);
+    gm__summary_row(&b, "Requested memory", st.requested_bytes, 1);
+    gm__summary_row(&b, "Reserved memory", st.reserved_bytes, 1);
+    gm__summary_row(&b, "Non-releasable memory", st.inactive_split_bytes, 1);
+    gm__bprintf(&b, "%s", rule);
+    gm__summary_row(&b, "Allocations", st.allocation, 0);
+    gm__summary_row(&b, "Active allocs", st.active, 0);
+    gm__summary_row(&b, "Reserved segments", st.segment, 0);
+    gm__summary_row(&b, "Non-releasable allocs", st.inactive_split, 0);
+    gm__bprintf(&b, "%s", rule);
+#define GM__SUMMARY_CTR(name) gm__bprintf(&b, "| %-26s| %12lld | %40s |\n", #name, (long long)st.name, "");
+    GM_COUNTER_LIST(GM__SUMMARY_CTR)
+#undef GM__SUMMARY_CTR
+    gm__bprintf(&b, "%s", rule);
+    if (cap && b.len >= cap) buf[cap - 1] = 0;
+    return b.len;
+}
+
+/* >>check -----------------------------------------------------------------
+   gm_check: the arenas' own invariants, then the allocator's: the map holds
+   exactly the USED blocks, the pending list exactly the PENDING ones, every
+   segment key names a stream state, and the statistics equal a walk. */
+GPUMEM_API int gm_check(gm_context* ctx) {
+    int bad = 0, pl;
+    int64_t used_n[2] = {0, 0}, used_b[2] = {0, 0}, pend_n[2] = {0, 0}, pend_b[2] = {0, 0}, req_b[2] = {0, 0};
+    size_t i, npend = 0;
+    gm__block* b;
+    if (!ctx) return -1;
+    pthread_mutex_lock(&ctx->mu);
+    for (pl = 0; pl < 2; pl++) {
+        const gm__seg* s;
+        int ps = gm__pool_stat(pl);
+        bad += gm__arena_check(ctx, &ctx->pool[pl], &used_n[pl], &used_b[pl], &pend_n[pl], &pend_b[pl], &req_b[pl]);
+        for (s = ctx->pool[pl].segs; s; s = s->next)
+            if (s->key < 1 || s->key > ctx->nss) {
+                gm__log(ctx, GM_LOG_ERROR, "check: segment %#lx has no stream", (unsigned long)s->base);
+                bad++;
+            }
+        if (ctx->stats.allocation[ps].current != used_n[pl] || ctx->stats.allocated_bytes[ps].current != used_b[pl] ||
+            ctx->stats.requested_bytes[ps].current != req_b[pl] ||
+            ctx->stats.active[ps].current != used_n[pl] + pend_n[pl] ||
+            ctx->stats.active_bytes[ps].current != used_b[pl] + pend_b[pl]) {
+            gm__log(ctx, GM_LOG_ERROR, "check: pool %d allocation statistics differ from a walk", pl);
+            bad++;
+        }
+    }
+#define GM__CHECK_SUM(name, is_bytes)                                                                   \
+    if (ctx->stats.name[0].current != ctx->stats.name[1].current + ctx->stats.name[2].current) {      \
+        gm__log(ctx, GM_LOG_ERROR, "check: %s of all pools is not the sum of the pools", #name);       \
+        bad++;                                                                                          \
+    }
+    GM_STAT_LIST(GM__CHECK_SUM)
+#undef GM__CHECK_SUM
+    if ((int64_t)ctx->map.count != used_n[0] + used_n[1]) {
+        gm__log(ctx, GM_LOG_ERROR, "check: %zu pointers mapped, %lld blocks in use", ctx->map.count,
+                (long long)(used_n[0] + used_n[1]));
+        bad++;
+    }
+    for (i = 0; i < ctx->map.cap; i++) {
+        if (!ctx->map.keys[i]) continue;
+        b = ctx->map.vals[i];
+        if (b->addr != ctx->map.keys[i] || b->state != GM__USED ||
+            (b->seg->arena != &ctx->pool[0] && b->seg->arena != &ctx->pool[1]) ||
+            gm__map_get(&ctx->map, ctx->map.keys[i]) != b) {
+            gm__log(ctx, GM_LOG_ERROR, "check: map entry %#lx is not a block in use", (unsigned long)ctx->map.keys[i]);
+            bad++;
+        }
+    }
+    for (b = ctx->pending; b; b = b->r) {
+        npend++;
+        if (b->state != GM__PENDING || !b->nevents || (b->r && b->r->l != b)) bad++;
+    }
+    if ((int64_t)npend != pend_n[0] + pend_n[1] || npend != ctx->npending) {
+        gm__log(ctx, GM_LOG_ERROR, "check: pending list out of step with the blocks");
+        bad++;
+    }
+    if ((uint64_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current > (uint64_t)ctx->budget) {
+        gm__log(ctx, GM_LOG_ERROR, "check: reserved memory exceeds the budget");
+        bad++;
+    }
+    for (i = 0; i < ctx->nss; i++) {
+        const gm__sstate* s = &ctx->ss[i];
+        if (s->safe_epoch >= s->epoch || s->dirty_epoch > s->epoch ||
+            (s->fence_pending && (s->fence_epoch <= s->safe_epoch || s->fence_epoch >= s->epoch))) {
+            gm__log(ctx, GM_LOG_ERROR, "check: stream %zu epochs out of order", i);
+            bad++;
+        }
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return bad;
+}
+
+/* >>setup -----------------------------------------------------------------
+   Setup resolves the desc, starts the backend and sizes the budget;
+   shutdown undoes it in reverse. */
+GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
+    gm_context* ctx;
+    gm_result r;
+    uint32_t si;
+    if (!out) return GM_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    ctx = (gm_context*)gm__calloc(sizeof *ctx);
+    if (!ctx) return GM_ERR_HOST_OUT_OF_MEMORY;
+    ctx->desc = gm__resolve_desc(desc);
+    if (ctx->desc.backend == GM_BACKEND_SIM) {
+        ctx->be = &gm__sim_backend;
+    } else {
+#ifdef GPUMEM_CUDA
+        ctx->be = &gm__cuda_backend;
+#else
+        gm__log(ctx, GM_LOG_ERROR, "setup: the CUDA backend was not built (define GPUMEM_CUDA)");
+        GPUMEM_FREE(ctx);
+        return GM_ERR_UNSUPPORTED;
+#endif
+    }
+    r = ctx->be->init(ctx);
+    if (r != GM_OK) {
+        gm__log(ctx, GM_LOG_ERROR, "setup: backend %s: %s", ctx->be->name, gm_result_string(r));
+        GPUMEM_FREE(ctx);
+        return r;
+    }
+    if (ctx->desc.device_budget) ctx->budget = ctx->desc.device_budget;
+    else if (ctx->desc.device_budget_fraction > 0)
+        ctx->budget = (size_t)(ctx->desc.device_budget_fraction * (double)ctx->total);
+    else ctx->budget = ctx->total;
+    ctx->desc.device_budget = ctx->budget;
+    pthread_mutex_init(&ctx->mu, NULL);
+    gm__arena_init(&ctx->pool[0], GM__ROUND, &ctx->stats, GM_STAT_SMALL_POOL);
+    gm__arena_init(&ctx->pool[1], GM__ROUND, &ctx->stats, GM_STAT_LARGE_POOL);
+    r = gm__ss_index(ctx, NULL, &si);
+    if (r != GM_OK) {
+        ctx->be->shutdown(ctx);
+        pthread_mutex_destroy(&ctx->mu);
+        GPUMEM_FREE(ctx);
+        return r;
+    }
+    gm__log(ctx, GM_LOG_INFO, "setup: backend %s, device %d, %zu bytes, budget %zu", ctx->be->name,
+            ctx->desc.device, ctx->total, ctx->budget);
+    *out = ctx;
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
+    int pl;
+    uint32_t i;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    ctx->be->device_sync(ctx);
+    gm__process_pending(ctx, 1);
+    if (ctx->map.count)
+        gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them", ctx->map.count);
+    for (pl = 0; pl < 2; pl++) {
+        gm__seg* s;
+        for (s = ctx->pool[pl].segs; s; s = s->next) ctx->be->dev_free(ctx, (void*)s->base, s->size);
+        gm__arena_destroy(&ctx->pool[pl]);
+    }
+    for (i = 0; i < ctx->nss; i++)
+        if (ctx->ss[i].fence) ctx->be->event_destroy(ctx, ctx->ss[i].fence);
+    while (ctx->nevfree) ctx->be->event_destroy(ctx, ctx->evfree[--ctx->nevfree]);
+    GPUMEM_FREE(ctx->evfree);
+    GPUMEM_FREE(ctx->ss);
+    GPUMEM_FREE(ctx->map.keys);
+    GPUMEM_FREE(ctx->map.vals);
+    pthread_mutex_unlock(&ctx->mu);
+    ctx->be->shutdown(ctx);
+    pthread_mutex_destroy(&ctx->mu);
+    GPUMEM_FREE(ctx);
+    return GM_OK;
+}
+
+GPUMEM_API gm_desc gm_query_desc(const gm_context* ctx) {
+    gm_desc d;
+    if (ctx) return ctx->desc;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+GPUMEM_API const char* gm_backend_name(const gm_context* ctx) { return ctx ? ctx->be->name : "none"; }
+
+/* >>device ----------------------------------------------------------------
+   Thin public wrappers over the backend table: argument checks, then the
+   call. Streams destroyed here leave the allocator's state marked dead. */
+GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* f, size_t* t) {
+    if (!ctx || !f || !t) return GM_ERR_INVALID_ARGUMENT;
+    return ctx->be->mem_info(ctx, f, t);
+}
+
+GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    return ctx->be->stream_create(ctx, out);
+}
+
+GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) {
+    gm_result r;
+    uint32_t i;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: the default stream cannot be destroyed");
+    if (!ctx->be->stream_valid(ctx, s))
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: unknown stream %p", (void*)s);
+    r = ctx->be->stream_sync(ctx, s);
+    if (r != GM_OK) return r;
+    pthread_mutex_lock(&ctx->mu);
+    for (i = 0; i < ctx->nss; i++) {
+        gm__sstate* e = &ctx->ss[i];
+        if (e->stream != s) continue;
+        gm__fence_poll(ctx, e);
+        if (e->fence_pending) gm__fence_wait(ctx, e);
+        e->dead = 1;
+    }
+    r = ctx->be->stream_destroy(ctx, s);
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_stream_synchronize(gm_context* ctx, gm_stream s) {
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    return ctx->be->stream_sync(ctx, s);
+}
+
+GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx) {
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    return ctx->be->device_sync(ctx);
+}
+
+GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size, gm_copy_kind kind,
+                                     gm_stream s) {
+    if (!ctx || (size && (!dst || !src)) || (int)kind < 0 || (int)kind > (int)GM_COPY_HOST_TO_HOST)
+        return GM_ERR_INVALID_ARGUMENT;
+    if (!size) return GM_OK;
+    return ctx->be->copy(ctx, dst, src, size, kind, s);
+}
+
+GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream s, gm_host_fn fn, void* user) {
+    if (!ctx || !fn) return GM_ERR_INVALID_ARGUMENT;
+    return ctx->be->launch_host(ctx, s, fn, user);
+}
+
+GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size) {
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!size) return GM_OK;
+    return ctx->be->dev_alloc(ctx, out, size);
+}
+
+GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size) {
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (!ptr) return GM_OK;
+    return ctx->be->dev_free(ctx, ptr, size);
+}
+
+GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth) {
+    gm__sim* sim;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
+    sim = GM__SIM(ctx);
+    pthread_mutex_lock(&sim->mu);
+    if (fault == GM_SIM_FAULT_DEVICE_ALLOC) sim->fail_alloc_at = nth ? sim->nallocs + nth : 0;
+    else if (fault == GM_SIM_FAULT_COPY) sim->fail_copy_at = nth ? sim->ncopies + nth : 0;
+    pthread_mutex_unlock(&sim->mu);
+    return (int)fault == GM_SIM_FAULT_DEVICE_ALLOC || (int)fault == GM_SIM_FAULT_COPY ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+}
+
+#endif /* GPUMEM_IMPLEMENTATION_DONE */
+#endif /* GPUMEM_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the gpumem authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy
+of this software and associated documentation files (the "Software"), to deal
+in the Software without restriction, including without limitation the rights
+to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+*/

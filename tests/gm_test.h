@@ -1,0 +1,94 @@
+/* A tiny test harness: checks count passes and failures; t_done() prints
+   "N passed, N failed" as the last line and gives the exit code. Built with
+   GM_TEST_CUDA the programs run on the CUDA backend and exit 77 (skip)
+   when there is no device. */
+#ifndef GM_TEST_H
+#define GM_TEST_H
+#define GPUMEM_IMPLEMENTATION
+#include "../gpumem.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int t_pass, t_fail;
+
+#define T_CHECK(c) t_check_((c) ? 1 : 0, #c, __FILE__, __LINE__)
+#define T_EQ(a, b) t_eq_((long long)(a), (long long)(b), #a, #b, __FILE__, __LINE__)
+#define T_OK(r) t_eq_((long long)(r), 0, #r, "GM_OK", __FILE__, __LINE__)
+
+static inline int t_check_(int ok, const char* what, const char* file, int line) {
+    if (ok) t_pass++;
+    else {
+        t_fail++;
+        printf("FAIL %s:%d: %s\n", file, line, what);
+    }
+    return ok;
+}
+
+static inline int t_eq_(long long a, long long b, const char* sa, const char* sb, const char* file, int line) {
+    if (a == b) t_pass++;
+    else {
+        t_fail++;
+        printf("FAIL %s:%d: %s == %s (%lld != %lld)\n", file, line, sa, sb, a, b);
+    }
+    return a == b;
+}
+
+static inline int t_done(void) {
+    printf("%d passed, %d failed\n", t_pass, t_fail);
+    return t_fail ? 1 : 0;
+}
+
+/* Log capture: the last message at or above warn, and a count. */
+static char t_last_log[1024];
+static int t_log_count;
+static inline void t_log(gm_log_level level, const char* msg, void* user) {
+    (void)user;
+    if (level <= GM_LOG_WARN) {
+        snprintf(t_last_log, sizeof t_last_log, "%s", msg);
+        t_log_count++;
+    }
+    if (getenv("GM_TEST_VERBOSE")) gm_log_stderr(level, msg, NULL);
+}
+
+#ifdef GM_TEST_CUDA
+static const int t_sim = 0;
+#else
+static const int t_sim = 1;
+#endif
+
+/* A context on the backend under test; the desc's other fields are kept.
+   Skips the whole program (exit 77) when the backend has no device. */
+static inline gm_context* t_setup(gm_desc d) {
+    gm_context* ctx = NULL;
+    gm_result r;
+    d.backend = t_sim ? GM_BACKEND_SIM : GM_BACKEND_CUDA;
+    d.ignore_env = 1;
+    if (!d.log_fn) d.log_fn = t_log;
+    r = gm_setup(&ctx, &d);
+    if (r == GM_ERR_NO_DEVICE) {
+        printf("skipped: no CUDA device\n");
+        exit(77);
+    }
+    if (r != GM_OK) {
+        printf("FAIL setup: %s\n", gm_result_string(r));
+        exit(1);
+    }
+    return ctx;
+}
+
+static inline gm_desc t_desc(void) {
+    gm_desc d;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+/* xorshift64* for reproducible random walks */
+static unsigned long long t_rng_state = 88172645463325252ull;
+static inline unsigned long long t_rand(void) {
+    t_rng_state ^= t_rng_state >> 12;
+    t_rng_state ^= t_rng_state << 25;
+    t_rng_state ^= t_rng_state >> 27;
+    return t_rng_state * 2685821657736338717ull;
+}
+#endif
