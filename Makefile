@@ -4,7 +4,7 @@ CXX      ?= c++
 CUDA_HOME ?= /usr/local/cuda
 WARN     := -std=c99 -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wstrict-prototypes -Werror
 CFLAGS   ?= -O2 -g
-LDLIBS   := -pthread
+LDLIBS   := -pthread -lm
 CUDA_INC := -isystem $(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 

@@ -92,3 +92,65 @@ static inline unsigned long long t_rand(void) {
     return t_rng_state * 2685821657736338717ull;
 }
 #endif
+
+/* A gate: a host function that blocks its stream until the test opens it,
+   so "this stream is still busy" is a state a test can hold. t_open_later
+   opens it from another thread after a delay and notes when. */
+#include <pthread.h>
+#include <time.h>
+typedef struct t_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open;
+    long delay_ms;
+    double opened_at;
+    pthread_t th;
+} t_gate;
+
+static inline double t_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline void t_gate_init(t_gate* g) {
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+
+static inline void t_gate_wait(void* arg) {
+    t_gate* g = (t_gate*)arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static inline void t_gate_open(t_gate* g) {
+    pthread_mutex_lock(&g->mu);
+    g->opened_at = t_now();
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static inline void* t_gate_opener(void* arg) {
+    t_gate* g = (t_gate*)arg;
+    struct timespec ts;
+    ts.tv_sec = g->delay_ms / 1000;
+    ts.tv_nsec = (g->delay_ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+    t_gate_open(g);
+    return NULL;
+}
+
+static inline void t_open_later(t_gate* g, long ms) {
+    g->delay_ms = ms;
+    pthread_create(&g->th, NULL, t_gate_opener, g);
+}
+
+static inline void t_gate_done(t_gate* g, int joined) {
+    if (joined) pthread_join(g->th, NULL);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+}

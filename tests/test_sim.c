@@ -1,0 +1,258 @@
+/* The backend under the allocator: streams run asynchronously and in order,
+   events and cross-stream waits, copies move bytes, the link model paces
+   them, faults can be injected, device memory is capped. On CUDA the same
+   program checks the same behaviour of the real runtime, except the parts
+   only a simulation has (capacity, link model, injection). */
+#include "gm_test.h"
+
+#define MiB ((size_t)1 << 20)
+
+typedef struct seq_log {
+    pthread_mutex_t mu;
+    int items[64];
+    int n;
+} seq_log;
+typedef struct seq_item {
+    seq_log* log;
+    int value;
+} seq_item;
+static void seq_push(void* arg) {
+    seq_item* it = (seq_item*)arg;
+    pthread_mutex_lock(&it->log->mu);
+    it->log->items[it->log->n++] = it->value;
+    pthread_mutex_unlock(&it->log->mu);
+}
+
+static void test_async_and_ordered(void) {
+    gm_context* ctx = t_setup(t_desc());
+    gm_stream s, t;
+    t_gate g;
+    seq_log log;
+    seq_item it[8];
+    void* ev;
+    int i;
+    memset(&log, 0, sizeof log);
+    pthread_mutex_init(&log.mu, NULL);
+    t_gate_init(&g);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_stream_create(ctx, &t));
+    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g));
+    for (i = 0; i < 4; i++) {
+        it[i].log = &log;
+        it[i].value = i;
+        T_OK(gm_launch_host(ctx, s, seq_push, &it[i]));
+    }
+    /* the call returned, the work did not run: s is asynchronous */
+    T_EQ(log.n, 0);
+    /* an event recorded on s is not complete; t waits on it */
+    T_OK(ctx->be->event_create(ctx, &ev));
+    T_OK(ctx->be->event_record(ctx, ev, s));
+    T_EQ(ctx->be->event_query(ctx, ev), GM_NOT_READY);
+    T_OK(ctx->be->stream_wait_event(ctx, t, ev));
+    it[4].log = &log;
+    it[4].value = 100;
+    T_OK(gm_launch_host(ctx, t, seq_push, &it[4])); /* must run after s's four */
+    t_gate_open(&g);
+    T_OK(gm_stream_synchronize(ctx, t));
+    T_EQ(log.n, 5);
+    for (i = 0; i < 4; i++) T_EQ(log.items[i], i); /* FIFO on s */
+    T_EQ(log.items[4], 100);                      /* t waited for s */
+    T_OK(ctx->be->event_sync(ctx, ev));
+    T_OK(ctx->be->event_query(ctx, ev));
+    T_OK(ctx->be->event_destroy(ctx, ev));
+    /* an event never recorded counts as complete */
+    T_OK(ctx->be->event_create(ctx, &ev));
+    T_OK(ctx->be->event_query(ctx, ev));
+    T_OK(ctx->be->event_destroy(ctx, ev));
+    T_OK(gm_device_synchronize(ctx));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_stream_destroy(ctx, t));
+    T_OK(gm_shutdown(ctx));
+    t_gate_done(&g, 0);
+    pthread_mutex_destroy(&log.mu);
+}
+
+static void test_copies_move_bytes(void) {
+    gm_context* ctx = t_setup(t_desc());
+    size_t n = 3 * MiB + 77, i, bad = 0;
+    unsigned char *h = (unsigned char*)malloc(n), *back = (unsigned char*)malloc(n);
+    void *d1, *d2;
+    gm_stream s;
+    for (i = 0; i < n; i++) h[i] = (unsigned char)(i * 131 + 7);
+    memset(back, 0, n);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &d1, n, s));
+    T_OK(gm_alloc(ctx, &d2, n, s));
+    T_OK(gm_memcpy_async(ctx, d1, h, n, GM_COPY_HOST_TO_DEVICE, s));
+    T_OK(gm_memcpy_async(ctx, d2, d1, n, GM_COPY_DEVICE_TO_DEVICE, s));
+    T_OK(gm_memcpy_async(ctx, back, d2, n, GM_COPY_DEVICE_TO_HOST, s));
+    T_OK(gm_memcpy_async(ctx, back, back, 0, GM_COPY_HOST_TO_HOST, s)); /* zero bytes: nothing */
+    T_OK(gm_stream_synchronize(ctx, s));
+    for (i = 0; i < n; i++) bad += back[i] != h[i];
+    T_EQ(bad, 0);
+    T_OK(gm_free(ctx, d1));
+    T_OK(gm_free(ctx, d2));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+    free(h);
+    free(back);
+}
+
+/* The link model: 16 MiB at 128 MiB/s takes at least 125 ms; two copies in
+   the same direction share the link; the two directions do not. The rate is
+   low so that the model, not memcpy, sets the time on a small machine. */
+static void test_link_model(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    size_t n = 16 * MiB;
+    const double rate = 128.0 * 1024 * 1024, t1 = (double)n / rate;
+    void *dev1, *dev2;
+    unsigned char *h1, *h2;
+    gm_stream s, t;
+    double t0, one, same, both;
+    if (!t_sim) return;
+    d.sim.link_bytes_per_s = rate;
+    ctx = t_setup(d);
+    h1 = (unsigned char*)malloc(n);
+    h2 = (unsigned char*)malloc(n);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_stream_create(ctx, &t));
+    T_OK(gm_alloc(ctx, &dev1, n, s));
+    T_OK(gm_alloc(ctx, &dev2, n, t));
+    memset(h1, 1, n); /* touch every page first: faults are not the link */
+    memset(h2, 2, n);
+    memset(dev1, 3, n);
+    memset(dev2, 4, n);
+    t0 = t_now();
+    T_OK(gm_memcpy_async(ctx, dev1, h1, n, GM_COPY_HOST_TO_DEVICE, s));
+    T_OK(gm_stream_synchronize(ctx, s));
+    one = t_now() - t0;
+    t0 = t_now();
+    T_OK(gm_memcpy_async(ctx, dev1, h1, n, GM_COPY_HOST_TO_DEVICE, s));
+    T_OK(gm_memcpy_async(ctx, dev2, h2, n, GM_COPY_HOST_TO_DEVICE, t));
+    T_OK(gm_device_synchronize(ctx));
+    same = t_now() - t0;
+    t0 = t_now();
+    T_OK(gm_memcpy_async(ctx, dev1, h1, n, GM_COPY_HOST_TO_DEVICE, s));
+    T_OK(gm_memcpy_async(ctx, h2, dev2, n, GM_COPY_DEVICE_TO_HOST, t));
+    T_OK(gm_device_synchronize(ctx));
+    both = t_now() - t0;
+    T_CHECK(one >= t1 * 0.99);
+    T_CHECK(same >= 2 * t1 * 0.99); /* shared: twice as long */
+    T_CHECK(both < same * 0.8);     /* full duplex: not serialized */
+    printf("link model: 16 MiB at 128 MiB/s in %.1f ms (model %.1f); two in one direction %.1f ms; one each way %.1f ms\n",
+           one * 1e3, t1 * 1e3, same * 1e3, both * 1e3);
+    T_OK(gm_free(ctx, dev1));
+    T_OK(gm_free(ctx, dev2));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_stream_destroy(ctx, t));
+    T_OK(gm_shutdown(ctx));
+    free(h1);
+    free(h2);
+}
+
+static void test_faults_and_capacity(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    unsigned char h[4096], back[4096];
+    void *p, *raw;
+    if (!t_sim) {
+        ctx = t_setup(d);
+        T_EQ(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 1), GM_ERR_UNSUPPORTED);
+        T_OK(gm_shutdown(ctx));
+        return;
+    }
+    d.sim.capacity = 32 * MiB;
+    d.sim.fail_copy = 2; /* the second copy of this context fails */
+    ctx = t_setup(d);
+    memset(h, 0x5A, sizeof h);
+    memset(back, 0, sizeof back);
+    T_OK(gm_alloc(ctx, &p, sizeof h, NULL));
+    T_OK(gm_memcpy_async(ctx, p, h, sizeof h, GM_COPY_HOST_TO_DEVICE, NULL));
+    T_EQ(gm_memcpy_async(ctx, back, p, sizeof h, GM_COPY_DEVICE_TO_HOST, NULL), GM_ERR_COPY_FAILED);
+    T_OK(gm_stream_synchronize(ctx, NULL));
+    T_EQ(back[0], 0); /* a failed copy moved nothing */
+    T_OK(gm_memcpy_async(ctx, back, p, sizeof h, GM_COPY_DEVICE_TO_HOST, NULL)); /* one-shot */
+    T_OK(gm_stream_synchronize(ctx, NULL));
+    T_EQ(back[4095], 0x5A);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 3));
+    T_OK(gm_memcpy_async(ctx, back, p, 16, GM_COPY_DEVICE_TO_HOST, NULL));
+    T_OK(gm_memcpy_async(ctx, back, p, 16, GM_COPY_DEVICE_TO_HOST, NULL));
+    T_EQ(gm_memcpy_async(ctx, back, p, 16, GM_COPY_DEVICE_TO_HOST, NULL), GM_ERR_COPY_FAILED);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 1));
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 0)); /* disarmed */
+    T_OK(gm_memcpy_async(ctx, back, p, 16, GM_COPY_DEVICE_TO_HOST, NULL));
+    T_EQ(gm_sim_inject(ctx, (gm_sim_fault)9, 1), GM_ERR_INVALID_ARGUMENT);
+    /* raw device memory: capacity enforced, alignment at least 256 */
+    T_EQ(gm_raw_alloc(ctx, &raw, 33 * MiB), GM_ERR_OUT_OF_MEMORY);
+    T_OK(gm_raw_alloc(ctx, &raw, 16 * MiB));
+    T_EQ((uintptr_t)raw % 256, 0);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DEVICE_ALLOC, 1));
+    {
+        void* r2;
+        size_t f = 0, tot = 0;
+        T_EQ(gm_raw_alloc(ctx, &r2, 4096), GM_ERR_OUT_OF_MEMORY);
+        T_OK(gm_raw_alloc(ctx, &r2, 4096));
+        T_OK(gm_mem_info(ctx, &f, &tot));
+        T_EQ(tot, 32 * MiB);
+        T_EQ(f, 32 * MiB - 2 * MiB - 16 * MiB - 4096); /* the cache's segment, raw, r2 */
+        T_OK(gm_raw_free(ctx, r2, 4096));
+    }
+    T_OK(gm_raw_free(ctx, raw, 16 * MiB));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A 55 GB reservation costs no memory: MAP_NORESERVE and nothing touched. */
+static void test_big_untouched(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void* p[11];
+    int i;
+    if (!t_sim) return;
+    d.sim.capacity = (size_t)80 << 30;
+    ctx = t_setup(d);
+    for (i = 0; i < 11; i++) T_OK(gm_alloc(ctx, &p[i], (size_t)5 << 30, NULL));
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 11; i++) T_OK(gm_free(ctx, p[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_backend_choice(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx = NULL;
+    d.ignore_env = 1;
+    d.log_fn = t_log;
+#ifndef GPUMEM_CUDA
+    d.backend = GM_BACKEND_CUDA;
+    T_EQ(gm_setup(&ctx, &d), GM_ERR_UNSUPPORTED); /* not built in */
+    T_CHECK(ctx == NULL);
+    d.backend = GM_BACKEND_DEFAULT;
+    T_OK(gm_setup(&ctx, &d));
+    T_CHECK(strcmp(gm_backend_name(ctx), "sim") == 0);
+    T_OK(gm_shutdown(ctx));
+#else
+    d.backend = GM_BACKEND_SIM; /* a CUDA build still has the sim */
+    T_OK(gm_setup(&ctx, &d));
+    T_CHECK(strcmp(gm_backend_name(ctx), "sim") == 0);
+    T_OK(gm_shutdown(ctx));
+    d.backend = GM_BACKEND_CUDA;
+    d.device = 4096;
+    {
+        gm_result r = gm_setup(&ctx, &d);
+        T_CHECK(r == GM_ERR_NO_DEVICE);
+    }
+#endif
+    T_CHECK(strcmp(gm_result_string(GM_ERR_DOUBLE_FREE), "double free") == 0);
+    T_CHECK(strcmp(gm_result_string((gm_result)-999), "unknown result") == 0);
+}
+
+int main(void) {
+    test_backend_choice();
+    test_async_and_ordered();
+    test_copies_move_bytes();
+    test_link_model();
+    test_faults_and_capacity();
+    test_big_untouched();
+    return t_done();
+}
