@@ -21,7 +21,7 @@ typedef struct handoff {
 static gm_context* ctx;
 static handoff box;
 static int errors, tag_errors;
-static volatile int done;
+static int done; /* under err_mu */
 static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void count_error(int* e) {
@@ -128,7 +128,12 @@ static void* observer(void* arg) {
     char buf[8192];
     int checks = 0;
     (void)arg;
-    while (!done) {
+    for (;;) {
+        int stop;
+        pthread_mutex_lock(&err_mu);
+        stop = done;
+        pthread_mutex_unlock(&err_mu);
+        if (stop) break;
         gm_stats s;
         if (gm_get_stats(ctx, &s) != GM_OK) count_error(&errors);
         gm_summary(ctx, buf, sizeof buf);
@@ -155,7 +160,9 @@ int main(void) {
         pthread_create(&th[i], NULL, worker, &args[i]);
     }
     for (i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+    pthread_mutex_lock(&err_mu);
     done = 1;
+    pthread_mutex_unlock(&err_mu);
     pthread_join(obs, &ret);
     T_CHECK((intptr_t)ret > 0);
     while (box.n) { /* what is left in the box is freed by the main thread */
