@@ -53,12 +53,26 @@ tsan:
 
 # The header alone, with every warning, in each language and compiler here.
 compile-check:
-	@printf '#define GPUMEM_IMPLEMENTATION\n#include "gpumem.h"\nint main(void){return 0;}\n' > $(B)/cc.c 2>/dev/null || (mkdir -p $(B) && printf '#define GPUMEM_IMPLEMENTATION\n#include "gpumem.h"\nint main(void){return 0;}\n' > $(B)/cc.c)
+	@mkdir -p $(B) && printf '#define GPUMEM_IMPLEMENTATION\n#include "gpumem.h"\nint main(void){return 0;}\n' > $(B)/cc.c
 	gcc $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-gcc.o
 	gcc $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-gcc-cuda.o
 	gcc $(WARN) -std=c11 -DNDEBUG -I. -c $(B)/cc.c -o $(B)/cc-gcc-c11.o
+	gcc $(WARN) -DGPUMEM_DEBUG -DGPUMEM_STATIC -Wno-unused-function -I. -c $(B)/cc.c -o $(B)/cc-gcc-debug.o
 	if command -v clang >/dev/null; then clang $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-clang.o && clang $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-clang-cuda.o; fi
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
+
+$(B)/bench-alloc: bench/alloc.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+
+$(B)/bench-alloc-cuda: bench/alloc.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+# Benchmarks print a table and write CSV under build/; the CUDA build falls
+# back to the sim backend where there is no device.
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda
+	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
 
 demo: $(B)/demo
 	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi

@@ -458,7 +458,36 @@ static void test_max_split_size(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Two contexts (two devices, or two users of one) share nothing. */
+static void test_two_contexts(void) {
+    gm_desc d = t_desc();
+    gm_context *a, *b;
+    void *pa, *pb;
+    gm_stats sa, sb;
+    d.device_budget = 32 * MiB;
+    a = t_setup(d);
+    d.device_budget = 64 * MiB;
+    b = t_setup(d);
+    T_OK(gm_alloc(a, &pa, 1000, NULL));
+    T_OK(gm_alloc(b, &pb, 30 * MiB, NULL));
+    T_EQ(gm_free(b, pa), GM_ERR_FOREIGN_POINTER); /* not b's */
+    T_EQ(gm_free(a, pb), GM_ERR_FOREIGN_POINTER);
+    sa = st(a);
+    sb = st(b);
+    T_EQ(sa.allocation[GM_STAT_ALL].current, 1);
+    T_EQ(sb.allocation[GM_STAT_ALL].current, 1);
+    T_EQ(gm_query_desc(a).device_budget, 32 * MiB);
+    T_EQ(gm_query_desc(b).device_budget, 64 * MiB);
+    T_OK(gm_free(a, pa));
+    T_OK(gm_free(b, pb));
+    T_EQ(gm_check(a), 0);
+    T_EQ(gm_check(b), 0);
+    T_OK(gm_shutdown(a));
+    T_OK(gm_shutdown(b));
+}
+
 int main(void) {
+    test_two_contexts();
     test_edge_sizes();
     test_segment_sizes();
     test_reuse_without_new_segments();
