@@ -60,6 +60,7 @@ compile-check:
 	gcc $(WARN) -DGPUMEM_DEBUG -DGPUMEM_STATIC -Wno-unused-function -I. -c $(B)/cc.c -o $(B)/cc-gcc-debug.o
 	if command -v clang >/dev/null; then clang $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-clang.o && clang $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-clang-cuda.o; fi
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
+	gcc $(WARN) -I. examples/basic.c -o $(B)/basic $(LDLIBS) && $(B)/basic >/dev/null
 
 $(B)/bench-alloc: bench/alloc.c gpumem.h
 	@mkdir -p $(dir $@)

@@ -100,7 +100,7 @@
       budget:8G|0.25      device_budget / _fraction    the whole device
       caching:on|off      caching                      on
       gc_threshold:0.8    gc_threshold                 off
-      max_split_size:64M  max_split_size               unlimited
+      max_split_size:64M  max_split_size (> 20 MiB)    unlimited
       log:error|warn|info|debug   log_level            warn
       sim_capacity:16G    sim.capacity                 16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
@@ -675,7 +675,7 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
             if (num <= 0 || num >= 1) return 0;
             if (d->gc_threshold == 0) d->gc_threshold = num;
         } else if (gm__word_is(k, kn, "max_split_size")) {
-            if (frac || bytes < GM__MIB) return 0;
+            if (frac || bytes <= 20 * GM__MIB) return 0; /* as PyTorch: above the large segment */
             if (!d->max_split_size) d->max_split_size = bytes;
         } else if (gm__word_is(k, kn, "sim_capacity")) {
             if (frac || bytes == 0) return 0;
@@ -731,6 +731,10 @@ static gm_desc gm__resolve_desc(const gm_desc* in) {
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.gc_threshold outside (0,1): off", d.log_user);
         d.gc_threshold = 0;
     }
+    if (d.max_split_size && d.max_split_size <= 20 * GM__MIB) {
+        if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.max_split_size must exceed 20 MiB: unlimited", d.log_user);
+        d.max_split_size = 0;
+    }
     if (d.device_budget_fraction < 0 || d.device_budget_fraction > 1 ||
         d.device_budget_fraction != d.device_budget_fraction) {
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.device_budget_fraction outside (0,1]: ignored", d.log_user);
@@ -784,7 +788,7 @@ struct gm__backend {
    direction, busy until start + n / rate: concurrent copies share it. */
 #define GM__SIM_MAGIC 0x53494d53u
 enum { GM__SIM_COPY, GM__SIM_HOST, GM__SIM_WAIT };
-enum { GM__LINK_H2D, GM__LINK_D2H, GM__LINK_D2D, GM__LINKS };
+enum { GM__LINK_H2D, GM__LINK_D2H, GM__LINK_D2D, GM__LINKS, GM__LINK_NONE = GM__LINKS };
 
 typedef struct gm__sim_stream gm__sim_stream;
 typedef struct gm__sim_op {
@@ -841,7 +845,7 @@ static void* gm__sim_worker(void* arg) {
         pthread_mutex_unlock(&s->mu);
         if (op->kind == GM__SIM_COPY) {
             uint64_t end = 0;
-            if (sim->rate[op->link] > 0) {
+            if (op->link != GM__LINK_NONE && sim->rate[op->link] > 0) {
                 uint64_t now = gm__now_ns(), start;
                 pthread_mutex_lock(&sim->mu);
                 start = sim->link_free_at[op->link] > now ? sim->link_free_at[op->link] : now;
@@ -1083,8 +1087,8 @@ static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_
     op.src = src;
     op.n = n;
     op.link = kind == GM_COPY_HOST_TO_DEVICE ? GM__LINK_H2D
-            : kind == GM_COPY_DEVICE_TO_HOST ? GM__LINK_D2H : GM__LINK_D2D;
-    if (kind == GM_COPY_HOST_TO_HOST) op.link = GM__LINK_D2D; /* host copies: no link model */
+            : kind == GM_COPY_DEVICE_TO_HOST ? GM__LINK_D2H
+            : kind == GM_COPY_DEVICE_TO_DEVICE ? GM__LINK_D2D : GM__LINK_NONE;
     return gm__sim_enqueue(ctx, st, &op);
 }
 
@@ -1998,10 +2002,13 @@ static int gm__fits(const gm_context* ctx, int pl, size_t rsize, size_t bsize) {
     return bsize < rsize + GM__LARGE_SEG;
 }
 
-static size_t gm__min_rest(const gm_context* ctx, int pl, const gm__block* b) {
+/* PyTorch's split rule: small blocks split down to 512 bytes; large ones
+   only when more than 1 MiB remains and the request is below
+   max_split_size (so oversize blocks are handed out whole). */
+static size_t gm__min_rest(const gm_context* ctx, int pl, size_t rsize) {
     if (ctx->desc.caching == GM_TOGGLE_OFF) return (size_t)-1;
     if (pl == 0) return GM__ROUND;
-    if (ctx->desc.max_split_size && b->size >= ctx->desc.max_split_size) return (size_t)-1;
+    if (ctx->desc.max_split_size && rsize >= ctx->desc.max_split_size) return (size_t)-1;
     return GM__SMALL_MAX + 1;
 }
 
@@ -2229,7 +2236,7 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
         pthread_mutex_unlock(&ctx->mu);
         return GM_ERR_OUT_OF_MEMORY;
     }
-    gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, b));
+    gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
     if (!gm__map_put(&ctx->map, b->addr, b)) {
         gm__arena_give(&ctx->pool[pl], b);
         pthread_mutex_unlock(&ctx->mu);
@@ -2442,7 +2449,9 @@ static void gm__summary_row(gm__buf* b, const char* label, const gm_stat* s, int
 }
 
 GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
-    static const char* rule = "|---------------------------------------------------------------------------------|\n";
+    static const char* rule =
+        "|---------------------------------------------------------------------------------------|\n";
+    char title[128];
     gm_stats st;
     gm__buf b;
     char t1[32];
@@ -2451,9 +2460,10 @@ GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
     b.len = 0;
     if (cap) buf[0] = 0;
     if (gm_get_stats(ctx, &st) != GM_OK) return 0;
-    gm__bprintf(&b, "%s| gpumem summary: backend %-8s device %-3d budget %-12s caching %-3s              |\n%s",
-                rule, ctx->be->name, ctx->desc.device, gm__fmt_bytes(t1, sizeof t1, (double)ctx->budget),
-                ctx->desc.caching == GM_TOGGLE_OFF ? "off" : "on", rule);
+    snprintf(title, sizeof title, "gpumem summary: backend %s, device %d, budget %s, caching %s", ctx->be->name,
+             ctx->desc.device, gm__fmt_bytes(t1, sizeof t1, (double)ctx->budget),
+             ctx->desc.caching == GM_TOGGLE_OFF ? "off" : "on");
+    gm__bprintf(&b, "%s| %-85s |\n%s", rule, title, rule);
     gm__bprintf(&b, "| %-26s| %12s | %12s | %12s | %12s |\n%s", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
                 "Tot Freed", rule);
     gm__summary_row(&b, "Allocated memory", st.allocated_bytes, 1);
@@ -2467,7 +2477,7 @@ GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
     gm__summary_row(&b, "Reserved segments", st.segment, 0);
     gm__summary_row(&b, "Non-releasable allocs", st.inactive_split, 0);
     gm__bprintf(&b, "%s", rule);
-#define GM__SUMMARY_CTR(name) gm__bprintf(&b, "| %-26s| %12lld | %40s |\n", #name, (long long)st.name, "");
+#define GM__SUMMARY_CTR(name) gm__bprintf(&b, "| %-26s| %12lld | %42s |\n", #name, (long long)st.name, "");
     GM_COUNTER_LIST(GM__SUMMARY_CTR)
 #undef GM__SUMMARY_CTR
     gm__bprintf(&b, "%s", rule);

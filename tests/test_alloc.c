@@ -336,7 +336,7 @@ static void test_options(void) {
     gm_desc d = t_desc(), q;
     gm_context* ctx;
     void* p;
-    d.conf = "budget:32M, caching:off ,gc_threshold:0.5,max_split_size:64M,bogus:1,budget:xyz,log:info";
+    d.conf = "budget:32M, caching:off ,gc_threshold:0.5,max_split_size:64M,bogus:1,budget:xyz,log:info,max_split_size:8M";
     t_log_count = 0;
     ctx = t_setup(d);
     q = gm_query_desc(ctx);
@@ -345,7 +345,7 @@ static void test_options(void) {
     T_CHECK(q.gc_threshold == 0.5);
     T_EQ(q.max_split_size, 64 * MiB);
     T_EQ(q.log_level, GM_LOG_INFO);
-    T_EQ(t_log_count, 2); /* two bad options, two warnings, no failure */
+    T_EQ(t_log_count, 3); /* three bad options, three warnings, no failure */
     T_OK(gm_shutdown(ctx));
     /* the desc wins over the string; fractions and percentages */
     d = t_desc();
@@ -455,6 +455,24 @@ static void test_max_split_size(void) {
     T_OK(gm_free(ctx, p));
     T_OK(gm_free(ctx, small));
     T_EQ(gm_check(ctx), 0);
+    /* a request below max_split_size still splits a 20 MiB segment, so
+       mid-size requests keep reusing the cache */
+    {
+        int i;
+        gm_stats a = st(ctx);
+        for (i = 0; i < 10; i++) {
+            T_OK(gm_alloc(ctx, &p, 5 * MiB, NULL));
+            T_OK(gm_free(ctx, p));
+        }
+        T_CHECK(st(ctx).num_device_alloc <= a.num_device_alloc + 1);
+    }
+    T_OK(gm_shutdown(ctx));
+    /* 20 MiB or less would defeat the cache: refused with a warning */
+    d.max_split_size = 16 * MiB;
+    t_log_count = 0;
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).max_split_size, 0);
+    T_EQ(t_log_count, 1);
     T_OK(gm_shutdown(ctx));
 }
 

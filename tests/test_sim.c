@@ -140,6 +140,10 @@ static void test_link_model(void) {
     T_CHECK(one >= t1 * 0.99);
     T_CHECK(same >= 2 * t1 * 0.99); /* shared: twice as long */
     T_CHECK(both < same * 0.8);     /* full duplex: not serialized */
+    t0 = t_now();
+    T_OK(gm_memcpy_async(ctx, h2, h1, n, GM_COPY_HOST_TO_HOST, s)); /* host copies cross no link */
+    T_OK(gm_stream_synchronize(ctx, s));
+    T_CHECK(t_now() - t0 < t1 * 0.5);
     printf("link model: 16 MiB at 128 MiB/s in %.1f ms (model %.1f); two in one direction %.1f ms; one each way %.1f ms\n",
            one * 1e3, t1 * 1e3, same * 1e3, both * 1e3);
     T_OK(gm_free(ctx, dev1));
