@@ -11,14 +11,19 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 B        := build
 
-.PHONY: all test test-sim test-cuda asan tsan demo bench compile-check clean
-all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo
+.PHONY: all tools test test-sim test-cuda asan tsan demo bench compile-check clean
+all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
+tools: $(B)/gm-replay
 
-$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h
+$(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -g -I. $< -o $@ $(LDLIBS)
+
+$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
-$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h
+$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
@@ -36,7 +41,7 @@ $(B)/demo-cuda: examples/demo.c gpumem.h
 
 # The suite: every test on the sim backend, the C++ build, and the CUDA
 # build of every test (which skips itself where there is no device).
-test: $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
+test: $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS)) tools
 	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
 
 test-sim: $(addprefix $(B)/sim/,$(TESTS))

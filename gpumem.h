@@ -111,6 +111,15 @@
     gives back the cached segments unused the longest before growing past
     F * budget.
 
+    TRACES AND SNAPSHOTS
+    ====================
+    With desc.trace_path set (or the environment variable GPUMEM_TRACE) the
+    context writes every allocation and free to that file in RMM's replay
+    CSV format, Thread,Time,Action,Pointer,Size,Stream (time in
+    microseconds since setup, the size as requested), so a run can be
+    replayed through gpumem (tools/gm-replay) or another allocator.
+    gm_snapshot() gives the segments and blocks as JSON.
+
     STATISTICS AND CHECKING
     =======================
     gm_get_stats() has PyTorch's semantics: for allocations, segments,
@@ -245,7 +254,8 @@ typedef struct gm_desc {
     void* log_user;
     gm_log_level log_level;
     const char* conf;              /* options, GPUMEM_CONF syntax */
-    int ignore_env;                /* non-zero: do not read GPUMEM_CONF */
+    int ignore_env;                /* non-zero: do not read GPUMEM_CONF or GPUMEM_TRACE */
+    const char* trace_path;        /* write every alloc and free here (CSV) */
     gm_sim_desc sim;
 } gm_desc;
 
@@ -332,6 +342,10 @@ GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap);
 /* Walks every structure; returns the number of broken invariants, each
    logged at GM_LOG_ERROR. -1 for a NULL context. */
 GPUMEM_API int gm_check(gm_context* ctx);
+/* Writes the segments and their blocks as JSON into buf (terminated when
+   cap > 0); returns the length the whole document needs, so
+   gm_snapshot(ctx, NULL, 0) sizes the buffer. */
+GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap);
 
 /* The device, through the context's backend. */
 GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* free_bytes, size_t* total_bytes);
@@ -373,7 +387,9 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(GPUMEM_MALLOC) != defined(GPUMEM_FREE)
 #error "define both GPUMEM_MALLOC and GPUMEM_FREE, or neither"
@@ -536,6 +552,8 @@ struct gm_context {
     /* the tier manager's seam: evict up to `bytes`; returns bytes freed */
     size_t (*tier_evict)(gm_context* ctx, size_t bytes, void* tier);
     void* tier;
+    FILE* trace;            /* capture: RMM's replay CSV */
+    uint64_t t0;            /* setup time, for the trace's clock */
 };
 
 /* >>log -------------------------------------------------------------------
@@ -1971,6 +1989,27 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
     return seg->free_epoch <= s->safe_epoch;
 }
 
+/* >>trace -----------------------------------------------------------------
+   Capture of the allocation stream, one CSV row per event, written under
+   the context lock so rows are in the order the allocator saw them. */
+static void gm__trace_open(gm_context* ctx) {
+    const char* path = ctx->desc.trace_path;
+    if (!path && !ctx->desc.ignore_env) path = getenv("GPUMEM_TRACE");
+    if (!path || !*path) return;
+    ctx->trace = fopen(path, "w");
+    if (!ctx->trace) {
+        gm__log(ctx, GM_LOG_WARN, "trace: cannot write %s: %s (no trace)", path, strerror(errno));
+        return;
+    }
+    setvbuf(ctx->trace, NULL, _IOFBF, 1 << 16);
+    fputs("Thread,Time,Action,Pointer,Size,Stream\n", ctx->trace);
+}
+
+static void gm__trace_row(gm_context* ctx, const char* action, uintptr_t p, size_t size, gm_stream s) {
+    fprintf(ctx->trace, "%ld,%.3f,%s,0x%lx,%zu,%lu\n", (long)syscall(SYS_gettid),
+            (double)(gm__now_ns() - ctx->t0) / 1e3, action, (unsigned long)p, size, (unsigned long)(uintptr_t)s);
+}
+
 /* >>alloc -----------------------------------------------------------------
    The caching allocator. Invariants: a USED block is in the pointer map
    under its address and nowhere else; a PENDING block (freed, with
@@ -2248,6 +2287,7 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
     gm__stat_add(ctx->stats.requested_bytes, ps, (int64_t)size);
     gm__stat_add(ctx->stats.active, ps, 1);
     gm__stat_add(ctx->stats.active_bytes, ps, (int64_t)b->size);
+    if (ctx->trace) gm__trace_row(ctx, "allocate", b->addr, size, stream);
     *out = (void*)b->addr;
     pthread_mutex_unlock(&ctx->mu);
     return GM_OK;
@@ -2287,6 +2327,7 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     }
     pl = (int)(b->seg->arena - ctx->pool);
     ps = gm__pool_stat(pl);
+    if (ctx->trace) gm__trace_row(ctx, "free", b->addr, b->requested, ctx->ss[b->seg->key - 1].stream);
     gm__stat_add(ctx->stats.allocation, ps, -1);
     gm__stat_add(ctx->stats.allocated_bytes, ps, -(int64_t)b->size);
     gm__stat_add(ctx->stats.requested_bytes, ps, -(int64_t)b->requested);
@@ -2485,6 +2526,42 @@ GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
     return b.len;
 }
 
+GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
+    static const char* states[] = {"free", "allocated", "pending"};
+    gm__buf b;
+    int pl, first_seg = 1;
+    b.p = buf;
+    b.cap = cap;
+    b.len = 0;
+    if (cap) buf[0] = 0;
+    if (!ctx) return 0;
+    pthread_mutex_lock(&ctx->mu);
+    gm__bprintf(&b, "{\"backend\":\"%s\",\"device\":%d,\"budget\":%zu,\"reserved\":%lld,\"allocated\":%lld,\"segments\":[",
+                ctx->be->name, ctx->desc.device, ctx->budget, (long long)ctx->stats.reserved_bytes[GM_STAT_ALL].current,
+                (long long)ctx->stats.allocated_bytes[GM_STAT_ALL].current);
+    for (pl = 0; pl < 2; pl++) {
+        const gm__seg* s;
+        for (s = ctx->pool[pl].segs; s; s = s->next) {
+            const gm__block* k;
+            int first = 1;
+            gm__bprintf(&b, "%s\n{\"address\":\"0x%lx\",\"size\":%zu,\"pool\":\"%s\",\"stream\":\"0x%lx\",\"blocks\":[",
+                        first_seg ? "" : ",", (unsigned long)s->base, s->size, pl ? "large" : "small",
+                        (unsigned long)(uintptr_t)ctx->ss[s->key - 1].stream);
+            first_seg = 0;
+            for (k = s->first; k; k = k->next) {
+                gm__bprintf(&b, "%s{\"offset\":%lu,\"size\":%zu,\"requested\":%zu,\"state\":\"%s\"}", first ? "" : ",",
+                            (unsigned long)(k->addr - s->base), k->size, k->requested, states[k->state]);
+                first = 0;
+            }
+            gm__bprintf(&b, "]}");
+        }
+    }
+    gm__bprintf(&b, "\n]}\n");
+    pthread_mutex_unlock(&ctx->mu);
+    if (cap && b.len >= cap) buf[cap - 1] = 0;
+    return b.len;
+}
+
 /* >>check -----------------------------------------------------------------
    gm_check: the arenas' own invariants, then the allocator's: the map holds
    exactly the USED blocks, the pending list exactly the PENDING ones, every
@@ -2603,6 +2680,8 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
         GPUMEM_FREE(ctx);
         return r;
     }
+    ctx->t0 = gm__now_ns();
+    gm__trace_open(ctx);
     gm__log(ctx, GM_LOG_INFO, "setup: backend %s, device %d, %zu bytes, budget %zu", ctx->be->name,
             ctx->desc.device, ctx->total, ctx->budget);
     *out = ctx;
@@ -2630,6 +2709,7 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     GPUMEM_FREE(ctx->ss);
     GPUMEM_FREE(ctx->map.keys);
     GPUMEM_FREE(ctx->map.vals);
+    if (ctx->trace && fclose(ctx->trace) != 0) gm__log(ctx, GM_LOG_WARN, "trace: write failed: %s", strerror(errno));
     pthread_mutex_unlock(&ctx->mu);
     ctx->be->shutdown(ctx);
     pthread_mutex_destroy(&ctx->mu);

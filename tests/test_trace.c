@@ -1,0 +1,219 @@
+/* Trace capture, snapshots and the trace reader: a captured run reads back
+   as the same stream and replays to the same figures; malformed traces are
+   refused with their line number; a real PyTorch trace replays with
+   gm_check == 0 after every event. */
+#include "gm_test.h"
+#include "../tools/gm_trace.h"
+#include "../tools/gm_replay.h"
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+
+static char tmpdir[64];
+
+static void path_of(char* out, size_t cap, const char* name) { snprintf(out, cap, "%s/%s", tmpdir, name); }
+
+static void write_file(const char* path, const char* text) {
+    FILE* f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_capture_roundtrip(void) {
+    char path[128];
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void* p[40];
+    size_t sizes[40];
+    int i;
+    gmt_trace t;
+    gm_stats a;
+    gmr_result r;
+    path_of(path, sizeof path, "run.csv");
+    d.trace_path = path;
+    ctx = t_setup(d);
+    for (i = 0; i < 40; i++) {
+        sizes[i] = (size_t)(t_rand() % (24 * MiB)) + 1;
+        T_OK(gm_alloc(ctx, &p[i], sizes[i], NULL));
+        if (i % 3 == 2) T_OK(gm_free(ctx, p[i - 1]));
+    }
+    for (i = 0; i < 40; i++)
+        if (i % 3 != 1) T_OK(gm_free(ctx, p[i]));
+    gm_get_stats(ctx, &a);
+    T_OK(gm_shutdown(ctx));
+    T_CHECK(gmt_load(path, NULL, 0, &t));
+    T_CHECK(strcmp(t.format, "rmm") == 0);
+    T_EQ(t.n, 80);
+    T_EQ(t.nids, 40);
+    T_EQ(t.live_at_end, 0);
+    {
+        size_t k, mism = 0;
+        for (k = 0; k < t.n; k++) /* ids follow allocation order, as did i */
+            if (!t.ev[k].is_free && t.ev[k].size != sizes[t.ev[k].id]) mism++;
+        T_EQ(mism, 0);
+    }
+    T_EQ(t.peak_live, a.requested_bytes[GM_STAT_ALL].peak);
+    /* replaying the capture gives the same peak reserved */
+    ctx = t_setup(t_desc());
+    r = gmr_run(ctx, &t, 0, 1, 0, NULL, NULL);
+    T_EQ(r.error, GM_OK);
+    T_EQ(r.checks_failed, 0);
+    T_EQ(r.peak_reserved, a.reserved_bytes[GM_STAT_ALL].peak);
+    T_EQ(r.peak_live, t.peak_live);
+    T_OK(gm_shutdown(ctx));
+    gmt_free(&t);
+    /* the environment variable does the same */
+    path_of(path, sizeof path, "env.csv");
+    setenv("GPUMEM_TRACE", path, 1);
+    d = t_desc();
+    d.backend = t_sim ? GM_BACKEND_SIM : GM_BACKEND_CUDA;
+    if (gm_setup(&ctx, &d) == GM_OK) {
+        T_OK(gm_alloc(ctx, &p[0], 100, NULL));
+        T_OK(gm_free(ctx, p[0]));
+        T_OK(gm_shutdown(ctx));
+        T_CHECK(gmt_load(path, NULL, 0, &t));
+        T_EQ(t.n, 2);
+        T_EQ(t.ev[0].size, 100);
+        gmt_free(&t);
+    }
+    unsetenv("GPUMEM_TRACE");
+    /* an unwritable path is a warning, not a failure */
+    d = t_desc();
+    d.trace_path = "/nonexistent-dir/x.csv";
+    t_log_count = 0;
+    ctx = t_setup(d);
+    T_EQ(t_log_count, 1);
+    T_OK(gm_alloc(ctx, &p[0], 100, NULL));
+    T_OK(gm_free(ctx, p[0]));
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_snapshot(void) {
+    gm_context* ctx = t_setup(t_desc());
+    void *a, *b, *c;
+    size_t n, n2;
+    char* buf;
+    T_OK(gm_alloc(ctx, &a, 1000, NULL));
+    T_OK(gm_alloc(ctx, &b, 3 * MiB, NULL));
+    T_OK(gm_alloc(ctx, &c, 5000, NULL));
+    T_OK(gm_free(ctx, a));
+    n = gm_snapshot(ctx, NULL, 0);
+    T_CHECK(n > 100);
+    buf = (char*)malloc(n + 1);
+    n2 = gm_snapshot(ctx, buf, n + 1);
+    T_EQ(n2, n);
+    T_EQ(strlen(buf), n);
+    T_CHECK(buf[0] == '{' && strstr(buf, "\"segments\":["));
+    T_CHECK(strstr(buf, "\"pool\":\"small\"") && strstr(buf, "\"pool\":\"large\""));
+    T_CHECK(strstr(buf, "\"requested\":5000,\"state\":\"allocated\""));
+    T_CHECK(strstr(buf, "\"state\":\"free\""));
+    T_CHECK(strstr(buf, "\"reserved\":23068672")); /* 2 MiB + 20 MiB */
+    T_EQ(gm_snapshot(ctx, buf, 8), n);
+    T_EQ(strlen(buf), 7);
+    free(buf);
+    T_OK(gm_free(ctx, b));
+    T_OK(gm_free(ctx, c));
+    T_OK(gm_shutdown(ctx));
+}
+
+static void expect_error(const char* name, const char* text, const char* format, const char* want) {
+    char path[128];
+    gmt_trace t;
+    path_of(path, sizeof path, name);
+    write_file(path, text);
+    T_CHECK(!gmt_load(path, format, 0, &t));
+    if (!strstr(t.error, want)) printf("  got error '%s', wanted '%s'\n", t.error, want);
+    T_CHECK(strstr(t.error, want) != NULL);
+    gmt_free(&t);
+}
+
+static void test_reader(void) {
+    char path[128];
+    gmt_trace t;
+    const char* hdr = "Thread,Time,Action,Pointer,Size,Stream\n";
+    char text[512];
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,100,0\n0,1,allocate,0x2000,50,0\n0,2,free,0x1000,100,0\n", hdr);
+    path_of(path, sizeof path, "ok.csv");
+    write_file(path, text);
+    T_CHECK(gmt_load(path, NULL, 0, &t));
+    T_EQ(t.n, 3);
+    T_EQ(t.peak_live, 150);
+    T_EQ(t.live_at_end, 1);
+    T_EQ(t.ev[2].id, 0);
+    T_EQ(t.ev[2].is_free, 1);
+    gmt_free(&t);
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,100,0\n0,1,free,0x2000,100,0\n", hdr);
+    expect_error("e1.csv", text, NULL, "line 3: free of 0x2000, which is not live");
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,100,0\n0,1,free,0x1000,99,0\n", hdr);
+    expect_error("e2.csv", text, NULL, "line 3: free of 0x1000 with size 99");
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,100,0\n0,0,allocate,0x1000,100,0\n", hdr);
+    expect_error("e3.csv", text, NULL, "line 3: pointer 0x1000 allocated again");
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,100,0\n0,0,reserve,0x2000,100,0\n", hdr);
+    expect_error("e4.csv", text, NULL, "line 3: action 'reserve'");
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,-5,0\n", hdr);
+    expect_error("e5.csv", text, NULL, "line 2: expected");
+    snprintf(text, sizeof text, "%s0,0,allocate\n", hdr);
+    expect_error("e6.csv", text, NULL, "line 2: expected");
+    snprintf(text, sizeof text, "%s0,0,allocate,zz,10,0\n", hdr);
+    expect_error("e7.csv", text, NULL, "line 2: bad pointer");
+    expect_error("e8.csv", "id,lower,upper,size\n0,0,10,5\n1,9,3,5\n", NULL, "line 3: the lifetime ends before it starts");
+    expect_error("e9.csv", "id,lower,upper,size\n0,0,10\n", NULL, "line 2: expected id,lower,upper,size");
+    expect_error("e10.log", "0 5 100\n1 x 100\n", NULL, "line 2: expected start end size");
+    T_CHECK(!gmt_load("/nonexistent/trace.csv", NULL, 0, &t));
+    gmt_free(&t);
+    /* packing: frees before allocations at the same time, sizes scaled */
+    path_of(path, sizeof path, "pack.csv");
+    write_file(path, "id,lower,upper,size\n0,0,10,4\n1,10,20,4\n2,5,15,2\n");
+    T_CHECK(gmt_load(path, NULL, 512, &t));
+    T_EQ(t.n, 6);
+    T_EQ(t.peak_live, 6 * 512); /* buffer 0 ends as buffer 1 starts */
+    gmt_free(&t);
+    /* lifetimes: live through the end step */
+    path_of(path, sizeof path, "life.log");
+    write_file(path, "0 2 100\n1 2 50\n2 3 10\n");
+    T_CHECK(gmt_load(path, NULL, 0, &t));
+    T_EQ(t.peak_live, 160);
+    gmt_free(&t);
+}
+
+/* A real training trace, checked after every event. */
+static void test_real_trace(void) {
+    const char* path = "../shared/traces/pytorch/lmsmall_forward.rmm.csv";
+    gmt_trace t;
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gmr_result r;
+    if (access(path, R_OK) != 0) {
+        printf("note: %s not found; real-trace replay not run\n", path);
+        return;
+    }
+    T_CHECK(gmt_load(path, NULL, 0, &t));
+    d.sim.capacity = (size_t)64 << 30;
+    ctx = t_setup(d);
+    r = gmr_run(ctx, &t, 0, 1, 0, NULL, NULL);
+    T_EQ(r.error, GM_OK);
+    T_EQ(r.ooms, 0);
+    T_EQ(r.checks_failed, 0);
+    T_EQ(r.peak_live, t.peak_live);
+    T_CHECK(r.peak_reserved >= (int64_t)t.peak_live);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+    gmt_free(&t);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gm-test-XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    test_capture_roundtrip();
+    test_snapshot();
+    test_reader();
+    if (t_sim) test_real_trace();
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+        if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);
+    }
+    return t_done();
+}

@@ -1,0 +1,104 @@
+/* gm_replay.h -- replays a gmt_trace through a gpumem context. Include
+   after gpumem.h and gm_trace.h. No device memory is touched, so a trace of
+   a 55 GB workload replays on the sim backend on a small machine. */
+#ifndef GM_REPLAY_H
+#define GM_REPLAY_H
+#include <time.h>
+
+typedef struct gmr_result {
+    size_t ops;
+    uint64_t peak_live;      /* largest sum of live requested bytes */
+    int64_t peak_reserved;   /* the allocator's peak reserved bytes */
+    double frag;             /* 1 - peak_live / peak_reserved */
+    int64_t segments;        /* device allocations made */
+    int64_t ooms;
+    double ns_per_op;
+    size_t peak_event;       /* index of the event after which reserved peaked */
+    int checks_failed;       /* gm_check failures, when asked to check */
+    gm_result error;         /* the first unexpected result, or GM_OK */
+    char error_msg[160];
+} gmr_result;
+
+/* Called after each event with the live requested and reserved bytes. */
+typedef void (*gmr_step_fn)(size_t i, uint64_t live, int64_t reserved, void* user);
+
+static inline double gmr_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Replays events [0, stop) (stop = 0: all). check_every > 0 runs gm_check
+   every that many events (the time then includes it). Live blocks are freed
+   at the end unless keep_live. */
+static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t stop, size_t check_every, int keep_live,
+                          gmr_step_fn step, void* user) {
+    gmr_result r;
+    void** ptr = (void**)calloc(t->nids ? t->nids : 1, sizeof *ptr);
+    uint64_t live = 0;
+    int64_t best = -1;
+    size_t i;
+    double t0;
+    gm_stats st;
+    memset(&r, 0, sizeof r);
+    if (!ptr) {
+        r.error = GM_ERR_HOST_OUT_OF_MEMORY;
+        return r;
+    }
+    if (!stop || stop > t->n) stop = t->n;
+    t0 = gmr_now_ns();
+    for (i = 0; i < stop; i++) {
+        const gmt_event* e = &t->ev[i];
+        gm_result res;
+        if (!e->is_free) {
+            res = gm_alloc(ctx, &ptr[e->id], (size_t)e->size, NULL);
+            if (res == GM_OK) live += e->size;
+            else if (res == GM_ERR_OUT_OF_MEMORY) r.ooms++;
+        } else {
+            res = ptr[e->id] ? gm_free(ctx, ptr[e->id]) : GM_OK;
+            if (ptr[e->id]) live -= e->size;
+            ptr[e->id] = NULL;
+        }
+        if (res != GM_OK && res != GM_ERR_OUT_OF_MEMORY && r.error == GM_OK) {
+            r.error = res;
+            snprintf(r.error_msg, sizeof r.error_msg, "event %zu: %s", i, gm_result_string(res));
+        }
+        if (live > r.peak_live) r.peak_live = live;
+        if (step || check_every) {
+            if (check_every && (i % check_every) == 0 && gm_check(ctx) != 0) r.checks_failed++;
+            if (step) {
+                gm_get_stats(ctx, &st);
+                step(i, live, st.reserved_bytes[GM_STAT_ALL].current, user);
+            }
+        }
+    }
+    r.ns_per_op = stop ? (gmr_now_ns() - t0) / (double)stop : 0;
+    r.ops = stop;
+    memset(&st, 0, sizeof st);
+    gm_get_stats(ctx, &st);
+    r.peak_reserved = st.reserved_bytes[GM_STAT_ALL].peak;
+    r.segments = st.num_device_alloc;
+    r.frag = r.peak_reserved > 0 ? 1.0 - (double)r.peak_live / (double)r.peak_reserved : 0;
+    (void)best;
+    if (!keep_live) {
+        for (i = 0; i < t->nids; i++)
+            if (ptr[i]) gm_free(ctx, ptr[i]);
+    }
+    free(ptr);
+    return r;
+}
+
+/* Finds the event after which reserved memory first reached its peak. */
+typedef struct gmr_peak {
+    int64_t best;
+    size_t at;
+} gmr_peak;
+static inline void gmr_peak_step(size_t i, uint64_t live, int64_t reserved, void* user) {
+    gmr_peak* p = (gmr_peak*)user;
+    (void)live;
+    if (reserved > p->best) {
+        p->best = reserved;
+        p->at = i;
+    }
+}
+#endif
