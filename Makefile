@@ -13,7 +13,7 @@ B        := build
 
 .PHONY: all tools test test-sim test-cuda asan tsan demo bench compile-check clean
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
-tools: $(B)/gm-replay
+tools: $(B)/gm-replay $(B)/gm-viz
 
 $(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)

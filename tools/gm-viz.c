@@ -1,0 +1,316 @@
+/* gm-viz: a picture of a trace or a snapshot, as one self-contained HTML
+   page (inline SVG, no scripts, no network).
+
+   usage: gm-viz [--conf key:value,...] [--format F] [--scale N] TRACE -o OUT.html
+          gm-viz --snapshot SNAPSHOT.json -o OUT.html
+
+   For a trace it replays the trace through gpumem on the sim backend and
+   draws (1) live and reserved memory over the events, and (2) the segment
+   map at the moment reserved memory peaked: every segment, its blocks
+   allocated or free, laid out in address order. For a snapshot (the JSON of
+   gm_snapshot) it draws the segment map alone. */
+#define GPUMEM_IMPLEMENTATION
+#include "../gpumem.h"
+#include "gm_trace.h"
+#include "gm_replay.h"
+
+#define W 1000 /* drawing width in pixels */
+
+typedef struct series {
+    double* live;
+    double* reserved;
+    size_t n;
+} series;
+
+static void record(size_t i, uint64_t live, int64_t reserved, void* user) {
+    series* s = (series*)user;
+    s->live[i] = (double)live;
+    s->reserved[i] = (double)reserved;
+    s->n = i + 1;
+}
+
+static const char* human(char* buf, size_t cap, double v) {
+    static const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(buf, cap, i ? "%.2f %s" : "%.0f %s", v, u[i]);
+    return buf;
+}
+
+/* Memory over events: the maximum of each pixel column, so peaks show. */
+static void chart(FILE* f, const series* s, double peak_live) {
+    const int H = 300, L = 80, R = 20, T = 20, B = 40;
+    int plot_w = W - L - R, x, k;
+    double ymax = 0;
+    size_t i;
+    char buf[32];
+    for (i = 0; i < s->n; i++)
+        if (s->reserved[i] > ymax) ymax = s->reserved[i];
+    if (ymax <= 0) ymax = 1;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>\n",
+            W, H + T + B);
+    fprintf(f, "<rect x='%d' y='%d' width='%d' height='%d' fill='#fafafa' stroke='#ccc'/>\n", L, T, plot_w, H);
+    for (k = 0; k <= 4; k++) {
+        double v = ymax * k / 4;
+        int y = T + H - (int)(H * k / 4);
+        fprintf(f, "<line x1='%d' x2='%d' y1='%d' y2='%d' stroke='#e5e5e5'/>\n", L, L + plot_w, y, y);
+        fprintf(f, "<text x='%d' y='%d' text-anchor='end'>%s</text>\n", L - 6, y + 4, human(buf, sizeof buf, v));
+    }
+    for (k = 0; k < 2; k++) {
+        const double* v = k ? s->live : s->reserved;
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.5' points='", k ? "#1f77b4" : "#d62728");
+        for (x = 0; x < plot_w; x++) {
+            size_t a = s->n * (size_t)x / (size_t)plot_w, b = s->n * (size_t)(x + 1) / (size_t)plot_w;
+            double m = 0;
+            if (b <= a) b = a + 1;
+            for (i = a; i < b && i < s->n; i++)
+                if (v[i] > m) m = v[i];
+            fprintf(f, "%d,%.1f ", L + x, T + H - H * m / ymax);
+        }
+        fprintf(f, "'/>\n");
+    }
+    fprintf(f, "<line x1='%d' x2='%d' y1='%.1f' y2='%.1f' stroke='#1f77b4' stroke-dasharray='4 3'/>\n", L, L + plot_w,
+            T + H - H * peak_live / ymax, T + H - H * peak_live / ymax);
+    fprintf(f, "<text x='%d' y='%d' text-anchor='middle'>events (%zu)</text>\n", L + plot_w / 2, T + H + 28, s->n);
+    fprintf(f, "<rect x='%d' y='%d' width='12' height='3' fill='#d62728'/><text x='%d' y='%d'>reserved</text>\n",
+            L + 10, T + 10, L + 26, T + 14);
+    fprintf(f, "<rect x='%d' y='%d' width='12' height='3' fill='#1f77b4'/><text x='%d' y='%d'>live (requested)</text>\n",
+            L + 100, T + 10, L + 116, T + 14);
+    fprintf(f, "</svg>\n");
+}
+
+/* The segment map from a gm_snapshot document. Segments are laid end to end
+   in address order, wrapped into rows of equal bytes; blocks are coloured
+   by state, with the part of an allocated block beyond its request shaded
+   as rounding waste. */
+static uint64_t u64_after(const char* p, const char* key, const char** end) {
+    const char* q = strstr(p, key);
+    if (!q) {
+        *end = NULL;
+        return 0;
+    }
+    q += strlen(key);
+    if (*q == '"') q++;
+    *end = q;
+    return strtoull(q, NULL, 0);
+}
+
+/* One run of bytes [at, at + len) of the laid-out map, split across rows.
+   Integer bytes: every piece is at least one byte, so the loop ends. */
+static void run(FILE* f, uint64_t at, uint64_t len, uint64_t per_row, int rows, int rh, const char* color) {
+    const int L = 10, GAP = 2;
+    while (len > 0) {
+        uint64_t row = at / per_row, in_row = per_row * (row + 1) - at, piece = len < in_row ? len : in_row;
+        double x = L + (double)(at - per_row * row) / (double)per_row * (W - 2 * L);
+        double w = (double)piece / (double)per_row * (W - 2 * L);
+        if (row >= (uint64_t)rows) return;
+        fprintf(f, "<rect x='%.2f' y='%d' width='%.2f' height='%d' fill='%s'/>\n", x, (int)row * (rh + GAP) + 2,
+                w < 0.2 ? 0.2 : w, rh, color);
+        at += piece;
+        len -= piece;
+    }
+}
+
+/* The segment map from a gm_snapshot document. Segments are laid end to end
+   in address order, wrapped into rows of equal bytes; blocks are coloured
+   by state, with the part of an allocated block beyond its request shaded
+   as rounding waste, and a dark tick where each segment ends. */
+static int segmap(FILE* f, const char* json) {
+    const int ROWS = 60, RH = 9, GAP = 2, L = 10;
+    const char *p = json, *e;
+    uint64_t total = 0, per_row, at = 0;
+    int nseg = 0;
+    while ((p = strstr(p, "\"address\":")) != NULL) {
+        total += u64_after(p, "\"size\":", &e);
+        if (!e) return 0;
+        p = e;
+        nseg++;
+    }
+    if (nseg == 0 || total == 0) {
+        fprintf(f, "<p>No segments.</p>\n");
+        return 1;
+    }
+    per_row = (total + (uint64_t)ROWS - 1) / (uint64_t)ROWS;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", W, ROWS * (RH + GAP) + 4);
+    p = json;
+    while ((p = strstr(p, "\"address\":")) != NULL) {
+        const char* seg_end;
+        uint64_t seg_size = u64_after(p, "\"size\":", &e);
+        p = e;
+        seg_end = strstr(p, "]}");
+        if (!seg_end) return 0;
+        while ((p = strstr(p, "{\"offset\":")) != NULL && p < seg_end) {
+            uint64_t off = u64_after(p, "\"offset\":", &e), size = u64_after(e, "\"size\":", &e);
+            uint64_t req = u64_after(e, "\"requested\":", &e);
+            const char* st = strstr(e, "\"state\":\"");
+            char state = st ? st[9] : 'f';
+            p = e;
+            if (off + size > seg_size || req > size) return 0;
+            if (state == 'a') {
+                run(f, at + off, req, per_row, ROWS, RH, "#1f77b4");
+                run(f, at + off + req, size - req, per_row, ROWS, RH, "#9ecae1");
+            } else {
+                run(f, at + off, size, per_row, ROWS, RH, state == 'p' ? "#ff7f0e" : "#e0e0e0");
+            }
+        }
+        at += seg_size;
+        {
+            uint64_t row = (at - 1) / per_row;
+            double x = L + (double)(at - per_row * row) / (double)per_row * (W - 2 * L);
+            if (row < (uint64_t)ROWS)
+                fprintf(f, "<rect x='%.2f' y='%d' width='1' height='%d' fill='#333'/>\n", x - 0.5,
+                        (int)row * (RH + GAP) + 1, RH + 2);
+        }
+        p = seg_end;
+    }
+    fprintf(f, "</svg>\n");
+    fprintf(f, "<p class='legend'><span style='background:#1f77b4'></span>allocated (requested) "
+               "<span style='background:#9ecae1'></span>allocated beyond the request (rounding) "
+               "<span style='background:#e0e0e0'></span>free (cached) "
+               "<span style='background:#ff7f0e'></span>pending (other streams) "
+               "<span style='background:#333;width:2px'></span>segment end. %d segments, %llu bytes; "
+               "each row is %llu bytes.</p>\n",
+            nseg, (unsigned long long)total, (unsigned long long)per_row);
+    return 1;
+}
+
+static void page_head(FILE* f, const char* title) {
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>%s</title>\n"
+               "<style>body{font-family:sans-serif;margin:24px;color:#222;max-width:1040px}"
+               "h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse}"
+               "td{padding:2px 12px 2px 0}.legend span{display:inline-block;width:12px;height:10px;"
+               "margin:0 4px 0 12px;vertical-align:middle}</style></head><body>\n<h1>%s</h1>\n",
+            title, title);
+}
+
+static char* read_all(const char* path) {
+    FILE* f = fopen(path, "rb");
+    long n;
+    char* s;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    s = (char*)malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+int main(int argc, char** argv) {
+    const char *conf = "", *format = NULL, *out = NULL, *snap = NULL, *in = NULL;
+    uint64_t scale = 0;
+    int i;
+    FILE* f;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--conf") && i + 1 < argc) conf = argv[++i];
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
+        else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--snapshot") && i + 1 < argc) snap = argv[++i];
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (argv[i][0] != '-' && !in) in = argv[i];
+        else {
+            fprintf(stderr, "usage: gm-viz [--conf k:v,...] [--format F] [--scale N] TRACE -o OUT.html\n"
+                            "       gm-viz --snapshot SNAPSHOT.json -o OUT.html\n");
+            return 2;
+        }
+    }
+    if (!out || (!snap && !in)) {
+        fprintf(stderr, "gm-viz: need an input and -o OUT.html\n");
+        return 2;
+    }
+    if (snap) {
+        char* json = read_all(snap);
+        if (!json) {
+            fprintf(stderr, "gm-viz: cannot read %s\n", snap);
+            return 1;
+        }
+        f = fopen(out, "w");
+        if (!f) return 1;
+        page_head(f, "gpumem snapshot");
+        fprintf(f, "<h2>Segment map</h2>\n");
+        if (!segmap(f, json)) fprintf(stderr, "gm-viz: %s is not a gm_snapshot document\n", snap);
+        fprintf(f, "</body></html>\n");
+        fclose(f);
+        free(json);
+        return 0;
+    } else {
+        gmt_trace t;
+        gm_desc d;
+        gm_context* ctx;
+        gmr_result r;
+        series s;
+        gmr_peak pk;
+        char* json;
+        size_t n;
+        char b1[32], b2[32];
+        const char* name = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
+        if (!scale && (!format || !strcmp(format, "packing"))) {
+            FILE* g = fopen(in, "r");
+            char line[16] = "";
+            if (g) {
+                if (!fgets(line, sizeof line, g)) line[0] = 0;
+                fclose(g);
+            }
+            if (!strncmp(line, "id,", 3)) scale = 512;
+        }
+        if (!gmt_load(in, format, scale, &t)) {
+            fprintf(stderr, "gm-viz: %s: %s\n", in, t.error);
+            return 1;
+        }
+        memset(&d, 0, sizeof d);
+        d.backend = GM_BACKEND_SIM;
+        d.log_fn = gm_log_stderr;
+        d.sim.capacity = (size_t)1 << 40;
+        d.conf = conf;
+        s.live = (double*)calloc(t.n + 1, sizeof(double));
+        s.reserved = (double*)calloc(t.n + 1, sizeof(double));
+        s.n = 0;
+        if (gm_setup(&ctx, &d) != GM_OK || !s.live || !s.reserved) return 1;
+        r = gmr_run(ctx, &t, 0, 0, 0, record, &s);
+        gm_shutdown(ctx);
+        /* again, up to the first event at the peak, for the map */
+        pk.best = -1;
+        pk.at = 0;
+        for (n = 0; n < s.n; n++) gmr_peak_step(n, 0, (int64_t)s.reserved[n], &pk);
+        d.log_fn = NULL; /* its shutdown releases the blocks live at the peak, on purpose */
+        if (gm_setup(&ctx, &d) != GM_OK) return 1;
+        gmr_run(ctx, &t, pk.at + 1, 0, 1, NULL, NULL);
+        n = gm_snapshot(ctx, NULL, 0);
+        json = (char*)malloc(n + 1);
+        if (!json) return 1;
+        gm_snapshot(ctx, json, n + 1);
+        gm_shutdown(ctx);
+        f = fopen(out, "w");
+        if (!f) {
+            fprintf(stderr, "gm-viz: cannot write %s\n", out);
+            return 1;
+        }
+        page_head(f, name);
+        fprintf(f, "<table><tr><td>events</td><td>%zu</td></tr><tr><td>peak live</td><td>%s</td></tr>"
+                   "<tr><td>peak reserved</td><td>%s</td></tr><tr><td>fragmentation</td><td>%.2f%% "
+                   "(1 &minus; peak live / peak reserved)</td></tr><tr><td>segments created</td><td>%lld</td></tr>"
+                   "<tr><td>options</td><td>%s</td></tr></table>\n",
+                r.ops, human(b1, sizeof b1, (double)r.peak_live), human(b2, sizeof b2, (double)r.peak_reserved),
+                100 * r.frag, (long long)r.segments, *conf ? conf : "defaults");
+        fprintf(f, "<h2>Memory over the trace</h2>\n");
+        chart(f, &s, (double)r.peak_live);
+        fprintf(f, "<h2>Segment map at peak reserved (after event %zu)</h2>\n", pk.at);
+        segmap(f, json);
+        fprintf(f, "</body></html>\n");
+        fclose(f);
+        printf("gm-viz: wrote %s (%zu events, fragmentation %.2f%%)\n", out, r.ops, 100 * r.frag);
+        free(json);
+        free(s.live);
+        free(s.reserved);
+        gmt_free(&t);
+    }
+    return 0;
+}
