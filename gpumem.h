@@ -117,7 +117,8 @@
     context writes every allocation and free to that file in RMM's replay
     CSV format, Thread,Time,Action,Pointer,Size,Stream (time in
     microseconds since setup, the size as requested), so a run can be
-    replayed through gpumem (tools/gm-replay) or another allocator.
+    replayed through gpumem (tools/gm-replay) or another allocator. Give
+    each context its own file: each one truncates its path at setup.
     gm_snapshot() gives the segments and blocks as JSON.
 
     STATISTICS AND CHECKING
@@ -134,7 +135,11 @@
     One context may be used from many threads: every call takes the
     context's lock. Contexts are independent (one per device; nothing is
     global). gm_setup and gm_shutdown must not race with other calls on the
-    same context.
+    same context. Host functions run on a stream (gm_launch_host) must not
+    call into the context that runs them: the allocator may be waiting for
+    that stream with its lock held. With CUDA's per-thread default stream
+    (--default-stream per-thread), NULL names a different stream on each
+    thread; pass explicit streams instead.
 */
 /* The implementation needs POSIX and Linux names (mmap flags, clock_gettime,
    pthreads); they must be asked for before the first system header. */
@@ -329,7 +334,8 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr);
 GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stream);
 /* Waits for pending frees and gives every entirely free segment back. */
 GPUMEM_API gm_result gm_empty_cache(gm_context* ctx);
-/* Size the allocator holds for ptr (the rounded request). */
+/* Size of the block the allocator holds for ptr: the request rounded to
+   512 bytes, or more when the rest of a block was too small to split off. */
 GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* size);
 
 /* Statistics and checking. */
@@ -516,19 +522,23 @@ struct gm__arena {
 
 /* Per-stream state of the allocator. A fence is an event recorded on the
    stream; once it completed, every free made before it is safe for other
-   streams: a segment with free_epoch <= safe_epoch may change owner. */
+   streams: a segment with free_epoch <= safe_epoch may change owner. Up to
+   GM__FENCES fences are in flight, oldest first, so a stream the host keeps
+   busy still retires its older fences instead of pushing one further out. */
+#define GM__FENCES 4
 typedef struct gm__sstate {
     gm_stream stream;
     int dead;               /* destroyed (and synchronized): always safe */
-    void* fence;
-    int fence_pending;
-    uint64_t epoch, fence_epoch, safe_epoch;
+    void* fev[GM__FENCES];  /* fence events, a ring from fhead */
+    uint64_t fep[GM__FENCES];
+    uint32_t fhead, fcount;
+    uint64_t epoch, safe_epoch;
     uint64_t dirty_epoch;   /* epoch of the last free on this stream */
 } gm__sstate;
 
 typedef struct gm__ptrmap {
     uintptr_t* keys;        /* 0: empty slot */
-    gm__block** vals;
+    void** vals;
     size_t cap, count;      /* cap is a power of two, count <= cap / 2 */
 } gm__ptrmap;
 
@@ -699,7 +709,7 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
             if (frac || bytes == 0) return 0;
             if (!d->sim.capacity) d->sim.capacity = bytes;
         } else if (gm__word_is(k, kn, "sim_link")) {
-            if (frac || num <= 0) return 0;
+            if (frac || num < 1024) return 0; /* bytes per second */
             if (d->sim.link_bytes_per_s == 0) d->sim.link_bytes_per_s = num;
         } else {
             return 0;
@@ -796,6 +806,85 @@ struct gm__backend {
     gm_result (*stream_wait_event)(gm_context* ctx, gm_stream s, void* ev);
 };
 
+/* >>ptrmap ----------------------------------------------------------------
+   Pointers to values: the allocator's blocks by address, the sim's mappings
+   by base. Open addressing, linear probing, deletion by backward shift (no
+   tombstones). Invariants: cap is a power of two, at
+   most half full; key 0 marks an empty slot (no block starts at 0). */
+static size_t gm__map_home(const gm__ptrmap* m, uintptr_t k) {
+    uint64_t h = (uint64_t)(k >> 9) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 29)) & (m->cap - 1);
+}
+
+static int gm__map_grow(gm__ptrmap* m) {
+    gm__ptrmap n;
+    size_t i;
+    n.cap = m->cap ? m->cap * 2 : 256;
+    n.count = 0;
+    n.keys = (uintptr_t*)gm__calloc(n.cap * sizeof(uintptr_t));
+    n.vals = (void**)GPUMEM_MALLOC(n.cap * sizeof(void*));
+    if (!n.keys || !n.vals) {
+        GPUMEM_FREE(n.keys);
+        GPUMEM_FREE(n.vals);
+        return 0;
+    }
+    for (i = 0; i < m->cap; i++) {
+        if (m->keys[i]) {
+            size_t j = gm__map_home(&n, m->keys[i]);
+            while (n.keys[j]) j = (j + 1) & (n.cap - 1);
+            n.keys[j] = m->keys[i];
+            n.vals[j] = m->vals[i];
+            n.count++;
+        }
+    }
+    GPUMEM_FREE(m->keys);
+    GPUMEM_FREE(m->vals);
+    *m = n;
+    return 1;
+}
+
+static int gm__map_put(gm__ptrmap* m, uintptr_t k, void* v) {
+    size_t i;
+    if ((m->count + 1) * 2 > m->cap && !gm__map_grow(m)) return 0;
+    i = gm__map_home(m, k);
+    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
+    m->keys[i] = k;
+    m->vals[i] = v;
+    m->count++;
+    return 1;
+}
+
+static size_t gm__map_slot(const gm__ptrmap* m, uintptr_t k) {
+    size_t i;
+    if (!m->cap || !k) return (size_t)-1;
+    for (i = gm__map_home(m, k); m->keys[i]; i = (i + 1) & (m->cap - 1))
+        if (m->keys[i] == k) return i;
+    return (size_t)-1;
+}
+
+static void* gm__map_get(const gm__ptrmap* m, uintptr_t k) {
+    size_t i = gm__map_slot(m, k);
+    return i == (size_t)-1 ? NULL : m->vals[i];
+}
+
+static void* gm__map_del(gm__ptrmap* m, uintptr_t k) {
+    size_t i = gm__map_slot(m, k), j, mask = m->cap - 1;
+    void* v;
+    if (i == (size_t)-1) return NULL;
+    v = m->vals[i];
+    for (j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
+        size_t h = gm__map_home(m, m->keys[j]);
+        /* the entry at j may move back to i unless its home lies in (i, j] */
+        if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
+        m->keys[i] = m->keys[j];
+        m->vals[i] = m->vals[j];
+        i = j;
+    }
+    m->keys[i] = 0;
+    m->count--;
+    return v;
+}
+
 /* >>sim -------------------------------------------------------------------
    The simulated device. Memory: one MAP_NORESERVE mapping per allocation,
    counted against `capacity`. Streams: a worker thread each, running ops in
@@ -847,6 +936,7 @@ typedef struct gm__sim {
     double rate[GM__LINKS];
     gm__sim_stream* streams;
     gm__sim_stream* def;
+    gm__ptrmap maps;       /* every mapping: base -> page-rounded length + 1 */
 } gm__sim;
 
 #define GM__SIM(ctx) ((gm__sim*)(ctx)->bs)
@@ -867,7 +957,8 @@ static void* gm__sim_worker(void* arg) {
                 uint64_t now = gm__now_ns(), start;
                 pthread_mutex_lock(&sim->mu);
                 start = sim->link_free_at[op->link] > now ? sim->link_free_at[op->link] : now;
-                end = start + (uint64_t)((double)op->n / sim->rate[op->link] * 1e9);
+                double ns = (double)op->n / sim->rate[op->link] * 1e9;
+                end = start + (ns < 1e15 ? (uint64_t)ns : (uint64_t)1e15);
                 sim->link_free_at[op->link] = end;
                 pthread_mutex_unlock(&sim->mu);
             }
@@ -950,6 +1041,11 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
     *op = *tmpl;
     op->next = NULL;
     pthread_mutex_lock(&s->mu);
+    if (s->stop) { /* being destroyed: the worker would never run it */
+        pthread_mutex_unlock(&s->mu);
+        GPUMEM_FREE(op);
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: stream %p is being destroyed", (void*)st);
+    }
     if (s->tail) s->tail->next = op;
     else s->head = op;
     s->tail = op;
@@ -994,6 +1090,13 @@ static void gm__sim_shutdown(gm_context* ctx) {
     if (sim->used || sim->managed || sim->pinned)
         gm__log(ctx, GM_LOG_WARN, "sim: shutdown with %zu device, %zu managed, %zu pinned bytes still mapped",
                 sim->used, sim->managed, sim->pinned);
+    { /* what is still mapped goes back with the context */
+        size_t i;
+        for (i = 0; i < sim->maps.cap; i++)
+            if (sim->maps.keys[i]) munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] - 1));
+    }
+    GPUMEM_FREE(sim->maps.keys);
+    GPUMEM_FREE(sim->maps.vals);
     pthread_mutex_destroy(&sim->mu);
     GPUMEM_FREE(sim);
     ctx->bs = NULL;
@@ -1047,13 +1150,37 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
         gm__log(ctx, GM_LOG_WARN, "sim: mmap of %zu bytes failed: %s", n, strerror(e));
         return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
     }
+    pthread_mutex_lock(&sim->mu);
+    if (!gm__map_put(&sim->maps, (uintptr_t)p, (void*)(uintptr_t)(n + 1))) {
+        pthread_mutex_unlock(&sim->mu);
+        munmap(p, n);
+        pthread_mutex_lock(&sim->mu);
+        if (which == 0) sim->used -= n;
+        else if (which == 1) sim->pinned -= n;
+        else sim->managed -= n;
+        pthread_mutex_unlock(&sim->mu);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&sim->mu);
     *out = p;
     return GM_OK;
 }
 
+/* Only what sim mapped, at the length it mapped, is unmapped: a foreign
+   pointer or a wrong size would otherwise unmap its neighbours. */
 static gm_result gm__sim_unmap(gm_context* ctx, void* p, size_t size, int which) {
     gm__sim* sim = GM__SIM(ctx);
     size_t n = gm__page(size);
+    uintptr_t have;
+    pthread_mutex_lock(&sim->mu);
+    have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
+    if (have == n + 1) gm__map_del(&sim->maps, (uintptr_t)p);
+    pthread_mutex_unlock(&sim->mu);
+    if (have != n + 1) {
+        if (!have) return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "sim: %p is not a mapping of this device", p);
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "sim: %p has %zu bytes mapped, not %zu", p,
+                          (size_t)(have - 1), size);
+    }
     if (munmap(p, n) != 0) {
         gm__log(ctx, GM_LOG_ERROR, "sim: munmap(%p, %zu) failed: %s", p, n, strerror(errno));
         return GM_ERR_BACKEND;
@@ -1261,16 +1388,29 @@ static gm_result gm__cu(const gm_context* ctx, cudaError_t e, const char* what) 
     }
 }
 
-#define GM__CU_DEV(ctx) gm__cu((ctx), cudaSetDevice(((gm__cuda*)(ctx)->bs)->device), "cudaSetDevice")
-#define GM__CU_TRY(ctx, call)                    \
-    do {                                         \
-        gm_result gm__r_ = GM__CU_DEV(ctx);      \
-        if (gm__r_ != GM_OK) return gm__r_;      \
-        return gm__cu((ctx), (call), #call);     \
+/* A device guard, as PyTorch's: make the context's device current for one
+   call and give the caller's back afterwards. */
+static gm_result gm__cu_enter(const gm_context* ctx, int* prev) {
+    int dev = ((gm__cuda*)ctx->bs)->device;
+    gm_result r = gm__cu(ctx, cudaGetDevice(prev), "cudaGetDevice");
+    if (r != GM_OK) return r;
+    return *prev == dev ? GM_OK : gm__cu(ctx, cudaSetDevice(dev), "cudaSetDevice");
+}
+static void gm__cu_leave(const gm_context* ctx, int prev) {
+    if (prev != ((gm__cuda*)ctx->bs)->device) (void)gm__cu(ctx, cudaSetDevice(prev), "cudaSetDevice");
+}
+#define GM__CU_TRY(ctx, call)                             \
+    do {                                                  \
+        int gm__prev_;                                    \
+        gm_result gm__r_ = gm__cu_enter(ctx, &gm__prev_); \
+        if (gm__r_ != GM_OK) return gm__r_;               \
+        gm__r_ = gm__cu((ctx), (call), #call);            \
+        gm__cu_leave(ctx, gm__prev_);                     \
+        return gm__r_;                                    \
     } while (0)
 
 static gm_result gm__cu_init(gm_context* ctx) {
-    int n = 0;
+    int n = 0, prev = 0;
     size_t f = 0, t = 0;
     gm_result r;
     gm__cuda* cu;
@@ -1280,9 +1420,10 @@ static gm_result gm__cu_init(gm_context* ctx) {
         gm__log(ctx, GM_LOG_ERROR, "cuda: device %d requested, %d present", ctx->desc.device, n);
         return GM_ERR_NO_DEVICE;
     }
-    r = gm__cu(ctx, cudaSetDevice(ctx->desc.device), "cudaSetDevice");
-    if (r != GM_OK) return r;
-    r = gm__cu(ctx, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    r = gm__cu(ctx, cudaGetDevice(&prev), "cudaGetDevice");
+    if (r == GM_OK) r = gm__cu(ctx, cudaSetDevice(ctx->desc.device), "cudaSetDevice");
+    if (r == GM_OK) r = gm__cu(ctx, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    if (prev != ctx->desc.device) (void)cudaSetDevice(prev);
     if (r != GM_OK) return r;
     cu = (gm__cuda*)gm__calloc(sizeof *cu);
     if (!cu) return GM_ERR_HOST_OUT_OF_MEMORY;
@@ -1306,9 +1447,11 @@ static gm_result gm__cu_dev_free(gm_context* ctx, void* p, size_t n) {
     GM__CU_TRY(ctx, cudaFree(p));
 }
 static gm_result gm__cu_host_alloc(gm_context* ctx, void** o, size_t n) {
-    gm_result r = GM__CU_DEV(ctx);
+    int prev;
+    gm_result r = gm__cu_enter(ctx, &prev);
     if (r != GM_OK) return r;
     r = gm__cu(ctx, cudaHostAlloc(o, n, cudaHostAllocPortable), "cudaHostAlloc");
+    gm__cu_leave(ctx, prev);
     return r == GM_ERR_OUT_OF_MEMORY ? GM_ERR_HOST_OUT_OF_MEMORY : r;
 }
 static gm_result gm__cu_host_free(gm_context* ctx, void* p, size_t n) {
@@ -1321,11 +1464,14 @@ static gm_result gm__cu_host_register(gm_context* ctx, void* p, size_t n) {
 static gm_result gm__cu_host_unregister(gm_context* ctx, void* p) { GM__CU_TRY(ctx, cudaHostUnregister(p)); }
 
 static gm_result gm__cu_managed_alloc(gm_context* ctx, void** o, size_t n) {
-    int dev = ((gm__cuda*)ctx->bs)->device;
-    gm_result r = GM__CU_DEV(ctx);
+    int dev = ((gm__cuda*)ctx->bs)->device, prev;
+    gm_result r = gm__cu_enter(ctx, &prev);
     if (r != GM_OK) return r;
     r = gm__cu(ctx, cudaMallocManaged(o, n, cudaMemAttachGlobal), "cudaMallocManaged");
-    if (r != GM_OK) return r;
+    if (r != GM_OK) {
+        gm__cu_leave(ctx, prev);
+        return r;
+    }
 #if CUDART_VERSION >= 13000
     {
         struct cudaMemLocation loc;
@@ -1337,6 +1483,7 @@ static gm_result gm__cu_managed_alloc(gm_context* ctx, void** o, size_t n) {
     r = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, dev), "cudaMemAdvise");
 #endif
     if (r != GM_OK) gm__log(ctx, GM_LOG_WARN, "cuda: managed memory is not advised to device %d", dev);
+    gm__cu_leave(ctx, prev);
     return GM_OK;
 }
 static gm_result gm__cu_managed_free(gm_context* ctx, void* p, size_t n) {
@@ -1361,9 +1508,11 @@ static gm_result gm__cu_copy(gm_context* ctx, void* dst, const void* src, size_t
                            : k == GM_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                            : k == GM_COPY_DEVICE_TO_DEVICE ? cudaMemcpyDeviceToDevice
                                                            : cudaMemcpyHostToHost;
-    gm_result r = GM__CU_DEV(ctx);
+    int prev;
+    gm_result r = gm__cu_enter(ctx, &prev);
     if (r != GM_OK) return r;
     r = gm__cu(ctx, cudaMemcpyAsync(dst, src, n, ck, (cudaStream_t)s), "cudaMemcpyAsync");
+    gm__cu_leave(ctx, prev);
     return r == GM_ERR_BACKEND ? GM_ERR_COPY_FAILED : r;
 }
 
@@ -1394,12 +1543,8 @@ static gm_result gm__cu_event_destroy(gm_context* ctx, void* ev) {
 static gm_result gm__cu_event_record(gm_context* ctx, void* ev, gm_stream s) {
     GM__CU_TRY(ctx, cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)s));
 }
-static gm_result gm__cu_event_query(gm_context* ctx, void* ev) {
-    return gm__cu(ctx, cudaEventQuery((cudaEvent_t)ev), "cudaEventQuery");
-}
-static gm_result gm__cu_event_sync(gm_context* ctx, void* ev) {
-    return gm__cu(ctx, cudaEventSynchronize((cudaEvent_t)ev), "cudaEventSynchronize");
-}
+static gm_result gm__cu_event_query(gm_context* ctx, void* ev) { GM__CU_TRY(ctx, cudaEventQuery((cudaEvent_t)ev)); }
+static gm_result gm__cu_event_sync(gm_context* ctx, void* ev) { GM__CU_TRY(ctx, cudaEventSynchronize((cudaEvent_t)ev)); }
 static gm_result gm__cu_stream_wait_event(gm_context* ctx, gm_stream s, void* ev) {
     GM__CU_TRY(ctx, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0));
 }
@@ -1803,91 +1948,13 @@ static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* u
     return bad;
 }
 
-/* >>ptrmap ----------------------------------------------------------------
-   Allocated blocks by address: open addressing, linear probing, deletion by
-   backward shift (no tombstones). Invariants: cap is a power of two, at
-   most half full; key 0 marks an empty slot (no block starts at 0). */
-static size_t gm__map_home(const gm__ptrmap* m, uintptr_t k) {
-    uint64_t h = (uint64_t)(k >> 9) * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h ^ (h >> 29)) & (m->cap - 1);
-}
-
-static int gm__map_grow(gm__ptrmap* m) {
-    gm__ptrmap n;
-    size_t i;
-    n.cap = m->cap ? m->cap * 2 : 256;
-    n.count = 0;
-    n.keys = (uintptr_t*)gm__calloc(n.cap * sizeof(uintptr_t));
-    n.vals = (gm__block**)GPUMEM_MALLOC(n.cap * sizeof(gm__block*));
-    if (!n.keys || !n.vals) {
-        GPUMEM_FREE(n.keys);
-        GPUMEM_FREE(n.vals);
-        return 0;
-    }
-    for (i = 0; i < m->cap; i++) {
-        if (m->keys[i]) {
-            size_t j = gm__map_home(&n, m->keys[i]);
-            while (n.keys[j]) j = (j + 1) & (n.cap - 1);
-            n.keys[j] = m->keys[i];
-            n.vals[j] = m->vals[i];
-            n.count++;
-        }
-    }
-    GPUMEM_FREE(m->keys);
-    GPUMEM_FREE(m->vals);
-    *m = n;
-    return 1;
-}
-
-static int gm__map_put(gm__ptrmap* m, uintptr_t k, gm__block* v) {
-    size_t i;
-    if ((m->count + 1) * 2 > m->cap && !gm__map_grow(m)) return 0;
-    i = gm__map_home(m, k);
-    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
-    m->keys[i] = k;
-    m->vals[i] = v;
-    m->count++;
-    return 1;
-}
-
-static size_t gm__map_slot(const gm__ptrmap* m, uintptr_t k) {
-    size_t i;
-    if (!m->cap || !k) return (size_t)-1;
-    for (i = gm__map_home(m, k); m->keys[i]; i = (i + 1) & (m->cap - 1))
-        if (m->keys[i] == k) return i;
-    return (size_t)-1;
-}
-
-static gm__block* gm__map_get(const gm__ptrmap* m, uintptr_t k) {
-    size_t i = gm__map_slot(m, k);
-    return i == (size_t)-1 ? NULL : m->vals[i];
-}
-
-static gm__block* gm__map_del(gm__ptrmap* m, uintptr_t k) {
-    size_t i = gm__map_slot(m, k), j, mask = m->cap - 1;
-    gm__block* v;
-    if (i == (size_t)-1) return NULL;
-    v = m->vals[i];
-    for (j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
-        size_t h = gm__map_home(m, m->keys[j]);
-        /* the entry at j may move back to i unless its home lies in (i, j] */
-        if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
-        m->keys[i] = m->keys[j];
-        m->vals[i] = m->vals[j];
-        i = j;
-    }
-    m->keys[i] = 0;
-    m->count--;
-    return v;
-}
-
 /* >>streams ---------------------------------------------------------------
    The allocator's per-stream state (gm__sstate) and its recycled events.
    Entries are never removed, so a block's segment key (index + 1) stays
-   valid; a destroyed stream is marked dead and revived if its handle comes
-   back. Invariants: safe_epoch < epoch; fence_pending implies
-   safe_epoch < fence_epoch < epoch; a segment's free_epoch <= its owner's
-   dirty_epoch <= epoch. */
+   valid; a destroyed stream is marked dead and refused until gm_stream_create
+   hands out the same handle again. Invariants: safe_epoch < epoch; the
+   ring's epochs increase strictly and lie in (safe_epoch, epoch); a
+   segment's free_epoch <= its owner's dirty_epoch <= epoch. */
 static gm_result gm__ev_get(gm_context* ctx, void** ev) {
     if (ctx->nevfree) {
         *ev = ctx->evfree[--ctx->nevfree];
@@ -1920,11 +1987,8 @@ static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
     }
     for (i = 0; i < ctx->nss; i++) {
         if (ctx->ss[i].stream == s) {
-            if (ctx->ss[i].dead) {
-                if (!ctx->be->stream_valid(ctx, s))
-                    return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "unknown or destroyed stream %p", (void*)s);
-                ctx->ss[i].dead = 0;
-            }
+            if (ctx->ss[i].dead)
+                return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "stream %p was destroyed", (void*)s);
             *out = ctx->last_ss = i;
             return GM_OK;
         }
@@ -1948,31 +2012,49 @@ static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
 
 static gm__sstate* gm__owner(gm_context* ctx, const gm__seg* seg) { return &ctx->ss[seg->key - 1]; }
 
+static void gm__fence_pop(gm_context* ctx, gm__sstate* s) {
+    s->safe_epoch = s->fep[s->fhead];
+    gm__ev_put(ctx, s->fev[s->fhead]);
+    s->fhead = (s->fhead + 1) % GM__FENCES;
+    s->fcount--;
+}
+
+/* Retires the fences that completed. A query that fails cannot tell, so the
+   device is synchronized before anything is called safe. */
 static void gm__fence_poll(gm_context* ctx, gm__sstate* s) {
-    if (s->fence_pending && ctx->be->event_query(ctx, s->fence) != GM_NOT_READY) {
-        s->safe_epoch = s->fence_epoch;
-        s->fence_pending = 0;
+    while (s->fcount) {
+        gm_result r = ctx->be->event_query(ctx, s->fev[s->fhead]);
+        if (r == GM_NOT_READY) return;
+        if (r != GM_OK) ctx->be->device_sync(ctx);
+        gm__fence_pop(ctx, s);
     }
 }
 
-/* Makes sure a fence covering every free made on s so far is recorded. */
+/* Makes sure a fence covering every free made on s so far is recorded, if
+   the ring has room (else the older fences will do first). */
 static void gm__fence_need(gm_context* ctx, gm__sstate* s) {
     uint64_t need = s->dirty_epoch;
-    if (s->dead || need <= s->safe_epoch || (s->fence_pending && s->fence_epoch >= need)) return;
-    if (!s->fence && gm__ev_get(ctx, &s->fence) != GM_OK) {
-        s->fence = NULL;
+    void* ev;
+    uint32_t slot;
+    if (s->dead || need <= s->safe_epoch) return;
+    if (s->fcount && s->fep[(s->fhead + s->fcount - 1) % GM__FENCES] >= need) return;
+    if (s->fcount == GM__FENCES || gm__ev_get(ctx, &ev) != GM_OK) return;
+    if (ctx->be->event_record(ctx, ev, s->stream) != GM_OK) {
+        gm__ev_put(ctx, ev);
         return;
     }
-    if (ctx->be->event_record(ctx, s->fence, s->stream) != GM_OK) return;
-    s->fence_epoch = s->epoch++;
-    s->fence_pending = 1;
+    slot = (s->fhead + s->fcount) % GM__FENCES;
+    s->fev[slot] = ev;
+    s->fep[slot] = s->epoch++;
+    s->fcount++;
 }
 
+/* Waits for the newest fence, which covers all the older ones. */
 static void gm__fence_wait(gm_context* ctx, gm__sstate* s) {
-    if (s->fence_pending) {
-        if (ctx->be->event_sync(ctx, s->fence) != GM_OK) ctx->be->stream_sync(ctx, s->stream);
-        s->safe_epoch = s->fence_epoch;
-        s->fence_pending = 0;
+    if (s->fcount) {
+        uint32_t last = (s->fhead + s->fcount - 1) % GM__FENCES;
+        if (ctx->be->event_sync(ctx, s->fev[last]) != GM_OK) ctx->be->device_sync(ctx);
+        while (s->fcount) gm__fence_pop(ctx, s);
     }
 }
 
@@ -2068,6 +2150,7 @@ static gm__block* gm__adopt(gm_context* ctx, int pl, uint32_t si, size_t rsize, 
     }
     if (!best) return NULL;
     gm__arena_rekey(&ctx->pool[pl], best, (uintptr_t)si + 1);
+    best->free_epoch = 0; /* its old use is complete: safe for the new owner */
     return best->first;
 }
 
@@ -2203,9 +2286,11 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
 
 /* Steps 1b to 7 of the ladder, with the lock held on entry and exit (it is
    dropped around the tier manager and the user hook). */
-static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream) {
+static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
+                             gm_result* err) {
     gm__block* b;
     int rounds;
+    *err = GM_ERR_OUT_OF_MEMORY;
     for (rounds = 0; rounds < 4; rounds++) {
         if ((b = gm__adopt(ctx, pl, *si, rsize, 0)) != NULL) return b;
         if ((b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
@@ -2221,8 +2306,13 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             pthread_mutex_unlock(&ctx->mu);
             got = ctx->tier_evict(ctx, rsize, ctx->tier);
             pthread_mutex_lock(&ctx->mu);
-            if (gm__ss_index(ctx, stream, si) != GM_OK) return NULL;
-            if (got) continue;
+            if ((*err = gm__ss_index(ctx, stream, si)) != GM_OK) return NULL;
+            *err = GM_ERR_OUT_OF_MEMORY;
+            if (got) {
+                gm__process_pending(ctx, 0);
+                if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
+                continue;
+            }
         }
         if (ctx->desc.oom_fn) {
             gm_oom_action act;
@@ -2230,7 +2320,8 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             pthread_mutex_unlock(&ctx->mu);
             act = ctx->desc.oom_fn(ctx, size, stream, ctx->desc.oom_user);
             pthread_mutex_lock(&ctx->mu);
-            if (gm__ss_index(ctx, stream, si) != GM_OK) return NULL;
+            if ((*err = gm__ss_index(ctx, stream, si)) != GM_OK) return NULL;
+            *err = GM_ERR_OUT_OF_MEMORY;
             if (act == GM_OOM_RETRY) {
                 gm__process_pending(ctx, 0);
                 if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
@@ -2270,10 +2361,10 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
     }
     if (ctx->pending) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
-    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream);
+    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, &r);
     if (!b) {
         pthread_mutex_unlock(&ctx->mu);
-        return GM_ERR_OUT_OF_MEMORY;
+        return r;
     }
     gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
     if (!gm__map_put(&ctx->map, b->addr, b)) {
@@ -2319,7 +2410,7 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
     pthread_mutex_lock(&ctx->mu);
-    b = gm__map_del(&ctx->map, (uintptr_t)ptr);
+    b = (gm__block*)gm__map_del(&ctx->map, (uintptr_t)ptr);
     if (!b) {
         gm_result r = gm__diagnose(ctx, ptr, "gm_free");
         pthread_mutex_unlock(&ctx->mu);
@@ -2371,7 +2462,7 @@ GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stre
     gm_result r;
     if (!ctx || !ptr) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
-    b = gm__map_get(&ctx->map, (uintptr_t)ptr);
+    b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (!b) r = gm__diagnose(ctx, ptr, "gm_record_stream");
     else r = gm__ss_index(ctx, stream, &si);
     if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
@@ -2407,7 +2498,7 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
     gm_result r = GM_OK;
     if (!ctx || !size) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
-    b = gm__map_get(&ctx->map, (uintptr_t)ptr);
+    b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (b) *size = b->size;
     else r = gm__diagnose(ctx, ptr, "gm_block_size");
     pthread_mutex_unlock(&ctx->mu);
@@ -2604,10 +2695,10 @@ GPUMEM_API int gm_check(gm_context* ctx) {
     }
     for (i = 0; i < ctx->map.cap; i++) {
         if (!ctx->map.keys[i]) continue;
-        b = ctx->map.vals[i];
+        b = (gm__block*)ctx->map.vals[i];
         if (b->addr != ctx->map.keys[i] || b->state != GM__USED ||
             (b->seg->arena != &ctx->pool[0] && b->seg->arena != &ctx->pool[1]) ||
-            gm__map_get(&ctx->map, ctx->map.keys[i]) != b) {
+            (gm__block*)gm__map_get(&ctx->map, ctx->map.keys[i]) != b) {
             gm__log(ctx, GM_LOG_ERROR, "check: map entry %#lx is not a block in use", (unsigned long)ctx->map.keys[i]);
             bad++;
         }
@@ -2626,11 +2717,25 @@ GPUMEM_API int gm_check(gm_context* ctx) {
     }
     for (i = 0; i < ctx->nss; i++) {
         const gm__sstate* s = &ctx->ss[i];
-        if (s->safe_epoch >= s->epoch || s->dirty_epoch > s->epoch ||
-            (s->fence_pending && (s->fence_epoch <= s->safe_epoch || s->fence_epoch >= s->epoch))) {
+        uint32_t k;
+        int order = s->safe_epoch < s->epoch && s->dirty_epoch <= s->epoch && s->fcount <= GM__FENCES;
+        for (k = 0; k < s->fcount && order; k++) {
+            uint64_t e = s->fep[(s->fhead + k) % GM__FENCES];
+            uint64_t prev = k ? s->fep[(s->fhead + k - 1) % GM__FENCES] : s->safe_epoch;
+            order = e > prev && e < s->epoch;
+        }
+        if (!order) {
             gm__log(ctx, GM_LOG_ERROR, "check: stream %zu epochs out of order", i);
             bad++;
         }
+    }
+    for (pl = 0; pl < 2; pl++) {
+        const gm__seg* sg;
+        for (sg = ctx->pool[pl].segs; sg; sg = sg->next)
+            if (sg->key >= 1 && sg->key <= ctx->nss && sg->free_epoch > ctx->ss[sg->key - 1].dirty_epoch) {
+                gm__log(ctx, GM_LOG_ERROR, "check: segment %#lx freed in its owner's future", (unsigned long)sg->base);
+                bad++;
+            }
     }
     pthread_mutex_unlock(&ctx->mu);
     return bad;
@@ -2703,7 +2808,7 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
         gm__arena_destroy(&ctx->pool[pl]);
     }
     for (i = 0; i < ctx->nss; i++)
-        if (ctx->ss[i].fence) ctx->be->event_destroy(ctx, ctx->ss[i].fence);
+        while (ctx->ss[i].fcount) gm__fence_pop(ctx, &ctx->ss[i]);
     while (ctx->nevfree) ctx->be->event_destroy(ctx, ctx->evfree[--ctx->nevfree]);
     GPUMEM_FREE(ctx->evfree);
     GPUMEM_FREE(ctx->ss);
@@ -2735,8 +2840,16 @@ GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* f, size_t* t) {
 }
 
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
+    gm_result r;
+    uint32_t i;
     if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
-    return ctx->be->stream_create(ctx, out);
+    r = ctx->be->stream_create(ctx, out);
+    if (r != GM_OK) return r;
+    pthread_mutex_lock(&ctx->mu); /* a handle the backend reused is alive again */
+    for (i = 0; i < ctx->nss; i++)
+        if (ctx->ss[i].stream == *out) ctx->ss[i].dead = 0;
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
 }
 
 GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) {
@@ -2746,14 +2859,18 @@ GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) {
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: the default stream cannot be destroyed");
     if (!ctx->be->stream_valid(ctx, s))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: unknown stream %p", (void*)s);
+    pthread_mutex_lock(&ctx->mu);
+    for (i = 0; i < ctx->nss && !(ctx->ss[i].stream == s && ctx->ss[i].dead); i++) {}
+    pthread_mutex_unlock(&ctx->mu);
+    if (i < ctx->nss)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: stream %p was destroyed already", (void*)s);
     r = ctx->be->stream_sync(ctx, s);
     if (r != GM_OK) return r;
     pthread_mutex_lock(&ctx->mu);
     for (i = 0; i < ctx->nss; i++) {
         gm__sstate* e = &ctx->ss[i];
         if (e->stream != s) continue;
-        gm__fence_poll(ctx, e);
-        if (e->fence_pending) gm__fence_wait(ctx, e);
+        gm__fence_wait(ctx, e);
         e->dead = 1;
     }
     r = ctx->be->stream_destroy(ctx, s);

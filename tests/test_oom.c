@@ -233,7 +233,28 @@ static void test_oom_changes_nothing(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A hook that destroys the stream being allocated on: the allocation
+   reports the stream, not out-of-memory. */
+static gm_stream doomed;
+static gm_oom_action hook_destroy_stream(gm_context* ctx, size_t size, gm_stream s, void* user) {
+    (void)size; (void)s; (void)user;
+    gm_stream_destroy(ctx, doomed);
+    return GM_OOM_RETRY;
+}
+
+static void test_stream_gone_in_hook(void) {
+    gm_context* ctx;
+    void* p;
+    if (!t_sim) return;
+    ctx = budget_ctx(8 * MiB, hook_destroy_stream);
+    T_OK(gm_stream_create(ctx, &doomed));
+    T_EQ(gm_alloc(ctx, &p, 9 * MiB, doomed), GM_ERR_INVALID_STREAM);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
+    test_stream_gone_in_hook();
     test_release_then_retry();
     test_device_refuses();
     test_device_full();

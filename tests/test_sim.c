@@ -202,7 +202,15 @@ static void test_faults_and_capacity(void) {
         T_EQ(f, 32 * MiB - 2 * MiB - 16 * MiB - 4096); /* the cache's segment, raw, r2 */
         T_OK(gm_raw_free(ctx, r2, 4096));
     }
+    { /* only the sim's own mappings, at their own length, are unmapped */
+        int x;
+        T_EQ(gm_raw_free(ctx, &x, 4096), GM_ERR_FOREIGN_POINTER);
+        T_EQ(gm_raw_free(ctx, (void*)(uintptr_t)0x10000, 4096), GM_ERR_FOREIGN_POINTER);
+        T_EQ(gm_raw_free(ctx, raw, 32 * MiB), GM_ERR_INVALID_ARGUMENT);
+        T_EQ(gm_raw_free(ctx, (char*)raw + 4096, 4096), GM_ERR_FOREIGN_POINTER);
+    }
     T_OK(gm_raw_free(ctx, raw, 16 * MiB));
+    T_OK(gm_raw_alloc(ctx, &raw, 4 * MiB)); /* left mapped: shutdown unmaps it, with a warning */
     T_OK(gm_free(ctx, p));
     T_OK(gm_shutdown(ctx));
 }

@@ -219,7 +219,68 @@ static void test_destroyed_stream_memory(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* White box: a stream the host keeps busy still retires its older fences.
+   Two fences in flight; when the first one's work is done, frees made
+   before it are safe even though the stream is still blocked further on. */
+static void test_fence_ring(void) {
+    gm_context* ctx = t_setup(t_desc());
+    gm_stream s;
+    t_gate g1, g2;
+    void *p, *r;
+    uint32_t si;
+    gm__sstate* ss;
+    int i;
+    t_gate_init(&g1);
+    t_gate_init(&g2);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &p, 4096, s));
+    T_OK(gm_alloc(ctx, &r, 3 * MiB, s));
+    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g1));
+    T_OK(gm_free(ctx, p));
+    pthread_mutex_lock(&ctx->mu);
+    T_OK(gm__ss_index(ctx, s, &si));
+    ss = &ctx->ss[si];
+    gm__fence_need(ctx, ss); /* fence 1: after the first gate */
+    pthread_mutex_unlock(&ctx->mu);
+    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g2));
+    T_OK(gm_free(ctx, r));
+    pthread_mutex_lock(&ctx->mu);
+    gm__fence_need(ctx, ss); /* fence 2: after the second gate */
+    T_EQ(ss->fcount, 2);
+    T_EQ(ss->safe_epoch, 0);
+    pthread_mutex_unlock(&ctx->mu);
+    t_gate_open(&g1);
+    for (i = 0; i < 200; i++) { /* the first fence completes; the stream stays blocked */
+        pthread_mutex_lock(&ctx->mu);
+        gm__fence_poll(ctx, ss);
+        pthread_mutex_unlock(&ctx->mu);
+        if (ss->fcount == 1) break;
+        {
+            struct timespec ts = {0, 5000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    T_EQ(ss->fcount, 1);
+    T_EQ(ss->safe_epoch, 1); /* p's free is safe for other streams ... */
+    T_CHECK(ss->dirty_epoch > ss->safe_epoch); /* ... r's is not yet */
+    T_EQ(gm_check(ctx), 0);
+    t_gate_open(&g2);
+    T_OK(gm_stream_synchronize(ctx, s));
+    pthread_mutex_lock(&ctx->mu);
+    gm__fence_poll(ctx, ss);
+    T_EQ(ss->fcount, 0);
+    T_EQ(ss->safe_epoch, ss->dirty_epoch);
+    pthread_mutex_unlock(&ctx->mu);
+    T_OK(gm_stream_destroy(ctx, s));
+    T_EQ(gm_stream_destroy(ctx, s), GM_ERR_INVALID_STREAM); /* refused, not synchronized */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+    t_gate_done(&g1, 0);
+    t_gate_done(&g2, 0);
+}
+
 int main(void) {
+    test_fence_ring();
     test_same_stream_reuse();
     test_no_cross_stream_reuse_while_busy();
     test_waits_for_other_stream();
