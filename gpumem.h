@@ -99,12 +99,20 @@
       device:N            device                       0
       budget:8G|0.25      device_budget / _fraction    the whole device
       caching:on|off      caching                      on
+      expandable:on|off   expandable                   off
       gc_threshold:0.8    gc_threshold                 off
       max_split_size:64M  max_split_size (> 20 MiB)    unlimited
       log:error|warn|info|debug   log_level            warn
       sim_capacity:16G    sim.capacity                 16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
 
+    expandable:on gives each pool and stream one large reserved address
+    range instead of separate segments; 2 MiB pages are mapped when a block
+    first lands on them, and pages left idle are given back (once their
+    stream is past them) before reserved memory would grow past its peak.
+    Fragmentation then stays near the page granularity: the memory reserved
+    follows the memory live. Needs a backend with virtual memory (sim today;
+    elsewhere it warns and keeps classic segments).
     A budget makes a large card behave like a small one: the allocator never
     reserves more than the budget from the device. caching:off sends every
     request straight to the backend (for memory checkers). gc_threshold:F
@@ -251,6 +259,7 @@ typedef struct gm_desc {
     size_t device_budget;          /* bytes the allocator may reserve */
     double device_budget_fraction; /* or this fraction of the device (0..1] */
     gm_toggle caching;             /* GM_TOGGLE_OFF: no cache, for checkers */
+    gm_toggle expandable;          /* GM_TOGGLE_ON: expandable segments */
     double gc_threshold;           /* (0..1): release cold cache past this */
     size_t max_split_size;         /* blocks this large are never split */
     gm_oom_fn oom_fn;
@@ -502,6 +511,9 @@ struct gm__seg {
     uintptr_t key;          /* owner: stream index + 1 for the allocator */
     uint64_t free_epoch;    /* owner's epoch at the last free into it */
     uint64_t tick;          /* context clock at the last free (for gc) */
+    size_t mapped;          /* bytes counted as reserved: all of it, or the
+                               mapped pages of an expandable segment */
+    struct gm__vseg* va;    /* expandable: its pages; else NULL */
 };
 
 typedef struct gm__chunk { struct gm__chunk* next; } gm__chunk;
@@ -534,6 +546,7 @@ typedef struct gm__sstate {
     uint32_t fhead, fcount;
     uint64_t epoch, safe_epoch;
     uint64_t dirty_epoch;   /* epoch of the last free on this stream */
+    gm__seg* vseg[2];       /* expandable segment of each pool, or NULL */
 } gm__sstate;
 
 typedef struct gm__ptrmap {
@@ -553,6 +566,7 @@ struct gm_context {
     gm__ptrmap map;         /* allocated blocks by address */
     gm__sstate* ss;
     uint32_t nss, capss, last_ss;
+    size_t va_gran;         /* page size of expandable segments; 0: classic */
     gm__block* pending;     /* blocks waiting for record_stream events */
     size_t npending;
     void** evfree;          /* recycled events */
@@ -674,6 +688,11 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
                      : gm__word_is(v, vn, "cuda") ? GM_BACKEND_CUDA : GM_BACKEND_DEFAULT;
         if (b == GM_BACKEND_DEFAULT) return 0;
         if (!d->backend) d->backend = b;
+    } else if (gm__word_is(k, kn, "expandable")) {
+        gm_toggle t = gm__word_is(v, vn, "on") ? GM_TOGGLE_ON
+                    : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
+        if (t == GM_TOGGLE_DEFAULT) return 0;
+        if (!d->expandable) d->expandable = t;
     } else if (gm__word_is(k, kn, "caching")) {
         gm_toggle t = gm__word_is(v, vn, "on") ? GM_TOGGLE_ON
                     : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
@@ -753,6 +772,7 @@ static gm_desc gm__resolve_desc(const gm_desc* in) {
 #endif
     }
     if (!d.caching) d.caching = GM_TOGGLE_ON;
+    if (!d.expandable) d.expandable = GM_TOGGLE_OFF;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     if (d.gc_threshold < 0 || d.gc_threshold >= 1 || d.gc_threshold != d.gc_threshold) {
@@ -804,6 +824,15 @@ struct gm__backend {
     gm_result (*event_query)(gm_context* ctx, void* ev);
     gm_result (*event_sync)(gm_context* ctx, void* ev);
     gm_result (*stream_wait_event)(gm_context* ctx, gm_stream s, void* ev);
+    /* Virtual memory for expandable segments: reserve an address range,
+       then map and unmap physical pages of va_granularity() bytes in it.
+       va_granularity returns 0 where the backend cannot. A mapped page is
+       counted against the device like an allocation. */
+    size_t (*va_granularity)(gm_context* ctx);
+    gm_result (*va_reserve)(gm_context* ctx, void** base, size_t size);
+    gm_result (*va_release)(gm_context* ctx, void* base, size_t size);
+    gm_result (*va_map)(gm_context* ctx, void* addr, size_t size, void** handle);
+    gm_result (*va_unmap)(gm_context* ctx, void* addr, size_t size, void* handle);
 };
 
 /* >>ptrmap ----------------------------------------------------------------
@@ -1347,13 +1376,81 @@ static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* 
     return gm__sim_enqueue(ctx, st, &op);
 }
 
+/* Sim virtual memory: a PROT_NONE reservation; mapping a page makes it
+   readable and writable and counts it against the capacity (and against
+   the device-allocation fault injection); unmapping drops its contents. */
+#define GM__SIM_GRAN (2 * GM__MIB)
+static size_t gm__sim_va_granularity(gm_context* ctx) {
+    (void)ctx;
+    return GM__SIM_GRAN;
+}
+
+static gm_result gm__sim_va_reserve(gm_context* ctx, void** base, size_t size) {
+    void* p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        gm__log(ctx, GM_LOG_WARN, "sim: cannot reserve %zu bytes of address space: %s", size, strerror(errno));
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    *base = p;
+    return GM_OK;
+}
+
+static gm_result gm__sim_va_release(gm_context* ctx, void* base, size_t size) {
+    if (munmap(base, size) != 0) {
+        gm__log(ctx, GM_LOG_ERROR, "sim: munmap(%p, %zu) failed: %s", base, size, strerror(errno));
+        return GM_ERR_BACKEND;
+    }
+    return GM_OK;
+}
+
+static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void** handle) {
+    gm__sim* sim = GM__SIM(ctx);
+    pthread_mutex_lock(&sim->mu);
+    sim->nallocs++;
+    if (sim->fail_alloc_at && sim->nallocs == sim->fail_alloc_at) {
+        sim->fail_alloc_at = 0;
+        pthread_mutex_unlock(&sim->mu);
+        gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a %zu-byte page mapping", size);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    if (size > sim->capacity - sim->used) {
+        pthread_mutex_unlock(&sim->mu);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    sim->used += size;
+    pthread_mutex_unlock(&sim->mu);
+    if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0) {
+        gm__log(ctx, GM_LOG_WARN, "sim: mprotect(%p, %zu) failed: %s", addr, size, strerror(errno));
+        pthread_mutex_lock(&sim->mu);
+        sim->used -= size;
+        pthread_mutex_unlock(&sim->mu);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    *handle = NULL;
+    return GM_OK;
+}
+
+static gm_result gm__sim_va_unmap(gm_context* ctx, void* addr, size_t size, void* handle) {
+    gm__sim* sim = GM__SIM(ctx);
+    (void)handle;
+    if (madvise(addr, size, MADV_DONTNEED) != 0 || mprotect(addr, size, PROT_NONE) != 0) {
+        gm__log(ctx, GM_LOG_ERROR, "sim: unmapping %p (%zu bytes) failed: %s", addr, size, strerror(errno));
+        return GM_ERR_BACKEND;
+    }
+    pthread_mutex_lock(&sim->mu);
+    sim->used -= size;
+    pthread_mutex_unlock(&sim->mu);
+    return GM_OK;
+}
+
 static const gm__backend gm__sim_backend = {
     "sim", gm__sim_init, gm__sim_shutdown, gm__sim_mem_info, gm__sim_dev_alloc, gm__sim_dev_free,
     gm__sim_host_alloc, gm__sim_host_free, gm__sim_host_register, gm__sim_host_unregister,
     gm__sim_managed_alloc, gm__sim_managed_free, gm__sim_managed_prefetch, gm__sim_copy,
     gm__sim_launch_host, gm__sim_stream_create, gm__sim_stream_destroy, gm__sim_stream_sync,
     gm__sim_stream_valid, gm__sim_device_sync, gm__sim_event_create, gm__sim_event_destroy,
-    gm__sim_event_record, gm__sim_event_query, gm__sim_event_sync, gm__sim_stream_wait_event};
+    gm__sim_event_record, gm__sim_event_query, gm__sim_event_sync, gm__sim_stream_wait_event,
+    gm__sim_va_granularity, gm__sim_va_reserve, gm__sim_va_release, gm__sim_va_map, gm__sim_va_unmap};
 
 /* >>cuda ------------------------------------------------------------------
    The CUDA runtime backend. Every call's code goes through gm__cu(), which
@@ -1549,13 +1646,22 @@ static gm_result gm__cu_stream_wait_event(gm_context* ctx, gm_stream s, void* ev
     GM__CU_TRY(ctx, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0));
 }
 
+/* Expandable segments on CUDA need the driver's virtual memory API
+   (cuMemAddressReserve / cuMemCreate / cuMemMap); not built yet, so CUDA
+   contexts use classic segments. */
+static size_t gm__cu_va_granularity(gm_context* ctx) {
+    (void)ctx;
+    return 0;
+}
+
 static const gm__backend gm__cuda_backend = {
     "cuda", gm__cu_init, gm__cu_shutdown, gm__cu_mem_info, gm__cu_dev_alloc, gm__cu_dev_free,
     gm__cu_host_alloc, gm__cu_host_free, gm__cu_host_register, gm__cu_host_unregister,
     gm__cu_managed_alloc, gm__cu_managed_free, gm__cu_managed_prefetch, gm__cu_copy,
     gm__cu_launch_host, gm__cu_stream_create, gm__cu_stream_destroy, gm__cu_stream_sync,
     gm__cu_stream_valid, gm__cu_device_sync, gm__cu_event_create, gm__cu_event_destroy,
-    gm__cu_event_record, gm__cu_event_query, gm__cu_event_sync, gm__cu_stream_wait_event};
+    gm__cu_event_record, gm__cu_event_query, gm__cu_event_sync, gm__cu_stream_wait_event,
+    gm__cu_va_granularity, NULL, NULL, NULL, NULL};
 #endif /* GPUMEM_CUDA */
 
 /* >>stat ------------------------------------------------------------------
@@ -1709,14 +1815,15 @@ static void gm__arena_destroy(gm__arena* a) {
 static int gm__blk_split(const gm__block* b) { return b->prev != NULL || b->next != NULL; }
 
 static void gm__arena_split_stat(gm__arena* a, const gm__block* b, int sign) {
-    if (a->st && gm__blk_split(b)) {
+    if (a->st && gm__blk_split(b) && !b->seg->va) {
         gm__stat_add(a->st->inactive_split, a->pool, sign);
         gm__stat_add(a->st->inactive_split_bytes, a->pool, sign * (int64_t)b->size);
     }
 }
 
-/* A new segment as one free block; NULL when host memory runs out. */
-static gm__seg* gm__arena_add(gm__arena* a, uintptr_t base, size_t size, uintptr_t key) {
+/* A new segment as one free block, of which `mapped` bytes count as
+   reserved; NULL when host memory runs out. */
+static gm__seg* gm__arena_add_ex(gm__arena* a, uintptr_t base, size_t size, uintptr_t key, size_t mapped) {
     gm__seg* s = (gm__seg*)gm__calloc(sizeof *s);
     gm__block* b = s ? gm__arena_rec(a) : NULL;
     if (!b) {
@@ -1727,6 +1834,7 @@ static gm__seg* gm__arena_add(gm__arena* a, uintptr_t base, size_t size, uintptr
     s->size = size;
     s->arena = a;
     s->key = key;
+    s->mapped = mapped;
     s->first = b;
     s->next = a->segs;
     if (a->segs) a->segs->prev = s;
@@ -1739,9 +1847,19 @@ static gm__seg* gm__arena_add(gm__arena* a, uintptr_t base, size_t size, uintptr
     gm__arena_tree_add(a, b);
     if (a->st) {
         gm__stat_add(a->st->segment, a->pool, 1);
-        gm__stat_add(a->st->reserved_bytes, a->pool, (int64_t)size);
+        gm__stat_add(a->st->reserved_bytes, a->pool, (int64_t)mapped);
     }
     return s;
+}
+
+static gm__seg* gm__arena_add(gm__arena* a, uintptr_t base, size_t size, uintptr_t key) {
+    return gm__arena_add_ex(a, base, size, key, size);
+}
+
+/* An expandable segment mapped or unmapped some of its pages. */
+static void gm__arena_remap(gm__arena* a, gm__seg* s, int64_t delta) {
+    s->mapped = (size_t)((int64_t)s->mapped + delta);
+    if (a->st) gm__stat_add(a->st->reserved_bytes, a->pool, delta);
 }
 
 /* The smallest free block of `key` with size >= size (lowest address among
@@ -1844,7 +1962,7 @@ static void gm__arena_drop(gm__arena* a, gm__seg* s) {
     a->nsegs--;
     if (a->st) {
         gm__stat_add(a->st->segment, a->pool, -1);
-        gm__stat_add(a->st->reserved_bytes, a->pool, -(int64_t)s->size);
+        gm__stat_add(a->st->reserved_bytes, a->pool, -(int64_t)s->mapped);
     }
     GPUMEM_FREE(s);
 }
@@ -1896,7 +2014,7 @@ static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* u
         const gm__block* b;
         uintptr_t at = s->base;
         nsegs++;
-        reserved += (int64_t)s->size;
+        reserved += (int64_t)s->mapped;
         if (s->arena != a || (s->next && s->next->prev != s)) bad++;
         if (!s->first || s->first->prev) bad++;
         for (b = s->first; b; b = b->next) {
@@ -1913,7 +2031,7 @@ static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* u
                     gm__log(ctx, GM_LOG_ERROR, "check: free neighbours at %#lx not coalesced", (unsigned long)b->addr);
                     bad++;
                 }
-                if (gm__blk_split(b)) {
+                if (gm__blk_split(b) && !s->va) {
                     split_n++;
                     split_b += (int64_t)b->size;
                 }
@@ -2060,15 +2178,225 @@ static void gm__fence_wait(gm_context* ctx, gm__sstate* s) {
 
 /* Whether the owner's last use of a whole-free segment has completed.
    Non-blocking unless wait; records a fence when one is needed. */
-static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
-    gm__sstate* s = gm__owner(ctx, seg);
-    if (s->dead || seg->free_epoch <= s->safe_epoch) return 1;
+static int gm__epoch_safe(gm_context* ctx, gm__sstate* s, uint64_t epoch, int wait) {
+    if (s->dead || epoch <= s->safe_epoch) return 1;
     gm__fence_poll(ctx, s);
-    if (seg->free_epoch <= s->safe_epoch) return 1;
+    if (epoch <= s->safe_epoch) return 1;
     gm__fence_need(ctx, s);
     if (wait) gm__fence_wait(ctx, s);
     else gm__fence_poll(ctx, s);
-    return seg->free_epoch <= s->safe_epoch;
+    return epoch <= s->safe_epoch;
+}
+
+static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
+    return gm__epoch_safe(ctx, gm__owner(ctx, seg), seg->free_epoch, wait);
+}
+
+/* >>expand ----------------------------------------------------------------
+   Expandable segments: one reserved address range per pool and stream,
+   whose pages are mapped when a block first lands on them and unmapped when
+   idle. Invariants: ref[p] counts the USED and PENDING blocks touching page
+   p; ref > 0 implies mapped; nmapped counts the mapped pages and
+   seg->mapped == nmapped * gran; every mapped page with ref 0 is in the
+   idle queue (which may also hold pages used again since: they are skipped
+   when reached). A page is unmapped only once its stream is past the free
+   that left it idle (the stream's fences), and idle pages are given back
+   before reserved memory grows past its peak, so reserved follows live
+   memory to within the pages blocks share. */
+enum { GM__PG_MAPPED = 1, GM__PG_QUEUED = 2 };
+typedef struct gm__vseg {
+    size_t gran, npages, nmapped;
+    uint32_t* ref;
+    uint64_t* epoch;        /* owner's epoch when the page fell idle */
+    void** handle;          /* the backend's handle of each mapped page */
+    uint8_t* flags;
+    uint32_t* q;            /* idle pages, oldest first (a ring) */
+    size_t qhead, qlen;
+} gm__vseg;
+
+static void gm__vseg_free(gm__vseg* v) {
+    if (!v) return;
+    GPUMEM_FREE(v->ref);
+    GPUMEM_FREE(v->epoch);
+    GPUMEM_FREE(v->handle);
+    GPUMEM_FREE(v->flags);
+    GPUMEM_FREE(v->q);
+    GPUMEM_FREE(v);
+}
+
+/* The expandable segment of pool pl for stream si, reserved on first use:
+   twice the budget of address space, so that address fragmentation can
+   never be what runs out. */
+static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
+    gm__vseg* v;
+    gm__seg* seg;
+    void* base;
+    size_t g = ctx->va_gran, size = gm__round_up(2 * (ctx->budget > g ? ctx->budget : g), g);
+    if (ctx->ss[si].vseg[pl]) return ctx->ss[si].vseg[pl];
+    v = (gm__vseg*)gm__calloc(sizeof *v);
+    if (!v) return NULL;
+    v->gran = g;
+    v->npages = size / g;
+    v->ref = (uint32_t*)gm__calloc(v->npages * sizeof *v->ref);
+    v->epoch = (uint64_t*)gm__calloc(v->npages * sizeof *v->epoch);
+    v->handle = (void**)gm__calloc(v->npages * sizeof *v->handle);
+    v->flags = (uint8_t*)gm__calloc(v->npages);
+    v->q = (uint32_t*)gm__calloc(v->npages * sizeof *v->q);
+    if (!v->ref || !v->epoch || !v->handle || !v->flags || !v->q || v->npages > 0xffffffffu ||
+        ctx->be->va_reserve(ctx, &base, size) != GM_OK) {
+        gm__vseg_free(v);
+        return NULL;
+    }
+    seg = gm__arena_add_ex(&ctx->pool[pl], (uintptr_t)base, size, (uintptr_t)si + 1, 0);
+    if (!seg) {
+        ctx->be->va_release(ctx, base, size);
+        gm__vseg_free(v);
+        return NULL;
+    }
+    seg->va = v;
+    ctx->ss[si].vseg[pl] = seg;
+    return seg;
+}
+
+static void gm__va_queue(gm__vseg* v, size_t p) {
+    if (v->flags[p] & GM__PG_QUEUED) return;
+    v->flags[p] |= GM__PG_QUEUED;
+    v->q[(v->qhead + v->qlen++) % v->npages] = (uint32_t)p;
+}
+
+static int gm__va_unmap_page(gm_context* ctx, gm__seg* seg, size_t p) {
+    gm__vseg* v = seg->va;
+    if (ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), v->gran, v->handle[p]) != GM_OK) return 0;
+    v->flags[p] &= (uint8_t)~GM__PG_MAPPED;
+    v->handle[p] = NULL;
+    v->nmapped--;
+    gm__arena_remap(seg->arena, seg, -(int64_t)v->gran);
+    ctx->stats.num_device_free++;
+    return 1;
+}
+
+/* Pages [first, last] lose one user each; those left idle join the queue. */
+static void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int stamp) {
+    gm__vseg* v = seg->va;
+    size_t p, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
+    for (p = first; p <= last; p++) {
+        if (--v->ref[p] || !(v->flags[p] & GM__PG_MAPPED)) continue;
+        if (stamp) v->epoch[p] = gm__owner(ctx, seg)->epoch;
+        gm__va_queue(v, p);
+    }
+}
+
+/* Unmaps idle pages whose stream is past them, oldest first, until reserved
+   memory is at most `target`. Returns the bytes given back. */
+static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
+    size_t freed = 0;
+    uint32_t i;
+    int pl;
+    for (i = 0; i < ctx->nss; i++) {
+        for (pl = 0; pl < 2; pl++) {
+            gm__seg* seg = ctx->ss[i].vseg[pl];
+            gm__vseg* v = seg ? seg->va : NULL;
+            while (v && v->qlen && ctx->stats.reserved_bytes[GM_STAT_ALL].current > target) {
+                size_t p = v->q[v->qhead];
+                if (!v->ref[p] && (v->flags[p] & GM__PG_MAPPED) &&
+                    !gm__epoch_safe(ctx, &ctx->ss[i], v->epoch[p], wait))
+                    break; /* the younger pages behind it are not safe either */
+                v->qhead = (v->qhead + 1) % v->npages;
+                v->qlen--;
+                v->flags[p] &= (uint8_t)~GM__PG_QUEUED;
+                if (!v->ref[p] && (v->flags[p] & GM__PG_MAPPED)) {
+                    if (!gm__va_unmap_page(ctx, seg, p)) return freed;
+                    freed += v->gran;
+                }
+            }
+        }
+    }
+    return freed;
+}
+
+/* Makes [addr, addr + size) of an expandable segment usable: its pages get
+   one user more, and those not mapped are mapped, within the budget, after
+   idle pages went back if reserved memory would pass its peak. */
+static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int wait) {
+    gm__vseg* v = seg->va;
+    size_t p, k = 0, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
+    gm_result r = GM_OK;
+    for (p = first; p <= last; p++) { /* users first: the trim below must not take these */
+        v->ref[p]++;
+        if (!(v->flags[p] & GM__PG_MAPPED)) k++;
+    }
+    if (k) {
+        int64_t need = (int64_t)(k * v->gran);
+        const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
+        if (res->current + need > res->peak) gm__va_trim(ctx, res->peak - need, wait);
+        if (ctx->desc.gc_threshold > 0 &&
+            (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
+            gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait);
+        if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) gm__va_trim(ctx, (int64_t)ctx->budget - need, wait);
+        if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) r = GM_ERR_OUT_OF_MEMORY;
+        for (p = first; p <= last && r == GM_OK; p++) {
+            if (v->flags[p] & GM__PG_MAPPED) continue;
+            r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), v->gran, &v->handle[p]);
+            if (r != GM_OK) break;
+            v->flags[p] |= GM__PG_MAPPED;
+            v->nmapped++;
+            gm__arena_remap(seg->arena, seg, (int64_t)v->gran);
+            ctx->stats.num_device_alloc++;
+        }
+        if (r != GM_OK) { /* undo the users; pages this call mapped stay, idle and queued */
+            size_t q;
+            for (q = first; q <= last; q++) v->ref[q]--;
+            for (q = first; q <= last; q++)
+                if (!v->ref[q] && (v->flags[q] & GM__PG_MAPPED)) gm__va_queue(v, q);
+            return r;
+        }
+    }
+    return GM_OK;
+}
+
+/* The page invariants of one expandable segment, recounted from its
+   blocks. */
+static int gm__vseg_check(const gm_context* ctx, const gm__seg* seg) {
+    const gm__vseg* v = seg->va;
+    const gm__block* b;
+    uint32_t* want = (uint32_t*)gm__calloc(v->npages * sizeof *want);
+    size_t p, mapped = 0, queued = 0, i;
+    int bad = 0;
+    if (!want) return 0;
+    for (b = seg->first; b; b = b->next) {
+        if (b->state == GM__FREE) continue;
+        for (p = (b->addr - seg->base) / v->gran; p <= (b->addr + b->size - 1 - seg->base) / v->gran; p++) want[p]++;
+    }
+    for (p = 0; p < v->npages; p++) {
+        int m = (v->flags[p] & GM__PG_MAPPED) != 0;
+        mapped += (size_t)m;
+        queued += (v->flags[p] & GM__PG_QUEUED) != 0;
+        if (want[p] != v->ref[p] || (v->ref[p] && !m) || (m && !v->ref[p] && !(v->flags[p] & GM__PG_QUEUED))) {
+            if (!bad) gm__log(ctx, GM_LOG_ERROR, "check: page %zu of expandable segment %#lx: %u users, %u counted%s",
+                              p, (unsigned long)seg->base, want[p], v->ref[p], m ? "" : ", unmapped");
+            bad++;
+        }
+    }
+    for (i = 0; i < v->qlen; i++)
+        if (!(v->flags[v->q[(v->qhead + i) % v->npages]] & GM__PG_QUEUED)) bad++;
+    if (mapped != v->nmapped || seg->mapped != mapped * v->gran || queued != v->qlen) {
+        gm__log(ctx, GM_LOG_ERROR, "check: expandable segment %#lx: %zu pages mapped, %zu counted", (unsigned long)seg->base,
+                mapped, v->nmapped);
+        bad++;
+    }
+    GPUMEM_FREE(want);
+    return bad;
+}
+
+/* Unmaps every page and gives the address range back (shutdown). */
+static void gm__vseg_close(gm_context* ctx, gm__seg* seg) {
+    gm__vseg* v = seg->va;
+    size_t p;
+    for (p = 0; p < v->npages && v->nmapped; p++)
+        if (v->flags[p] & GM__PG_MAPPED) gm__va_unmap_page(ctx, seg, p);
+    ctx->be->va_release(ctx, (void*)seg->base, seg->size);
+    gm__vseg_free(v);
+    seg->va = NULL;
 }
 
 /* >>trace -----------------------------------------------------------------
@@ -2118,7 +2446,7 @@ static size_t gm__seg_size(size_t rsize) {
 /* PyTorch's max_split_size rule: big blocks are kept for big requests. */
 static int gm__fits(const gm_context* ctx, int pl, size_t rsize, size_t bsize) {
     size_t ms = ctx->desc.max_split_size;
-    if (!ms || pl == 0) return 1;
+    if (!ms || pl == 0 || ctx->va_gran) return 1;
     if (rsize < ms) return bsize < ms;
     return bsize < rsize + GM__LARGE_SEG;
 }
@@ -2128,7 +2456,7 @@ static int gm__fits(const gm_context* ctx, int pl, size_t rsize, size_t bsize) {
    max_split_size (so oversize blocks are handed out whole). */
 static size_t gm__min_rest(const gm_context* ctx, int pl, size_t rsize) {
     if (ctx->desc.caching == GM_TOGGLE_OFF) return (size_t)-1;
-    if (pl == 0) return GM__ROUND;
+    if (pl == 0 || ctx->va_gran) return GM__ROUND; /* unmapped rest costs nothing */
     if (ctx->desc.max_split_size && rsize >= ctx->desc.max_split_size) return (size_t)-1;
     return GM__SMALL_MAX + 1;
 }
@@ -2144,7 +2472,7 @@ static gm__block* gm__adopt(gm_context* ctx, int pl, uint32_t si, size_t rsize, 
     gm__seg *s, *best = NULL;
     if (ctx->nss < 2) return NULL;
     for (s = ctx->pool[pl].segs; s; s = s->next) {
-        if (s->key == (uintptr_t)si + 1 || s->size < rsize || !gm__seg_whole_free(s)) continue;
+        if (s->va || s->key == (uintptr_t)si + 1 || s->size < rsize || !gm__seg_whole_free(s)) continue;
         if (!gm__fits(ctx, pl, rsize, s->size) || (best && s->size >= best->size)) continue;
         if (gm__seg_safe(ctx, s, wait)) best = s;
     }
@@ -2167,14 +2495,15 @@ static int gm__release_seg(gm_context* ctx, gm__seg* s) {
 /* Gives back whole-free segments whose last use completed (waiting for it
    when asked), oldest first, until reserved <= target. Returns bytes. */
 static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
-    size_t freed = 0;
+    size_t freed = ctx->va_gran ? gm__va_trim(ctx, target, wait) : 0;
     for (;;) {
         gm__seg *s, *old = NULL;
         int pl;
         if (ctx->stats.reserved_bytes[GM_STAT_ALL].current <= target) break;
         for (pl = 0; pl < 2; pl++)
             for (s = ctx->pool[pl].segs; s; s = s->next)
-                if (gm__seg_whole_free(s) && (!old || s->tick < old->tick) && gm__seg_safe(ctx, s, wait)) old = s;
+                if (!s->va && gm__seg_whole_free(s) && (!old || s->tick < old->tick) && gm__seg_safe(ctx, s, wait))
+                    old = s;
         if (!old) break;
         freed += old->size;
         if (!gm__release_seg(ctx, old)) break;
@@ -2226,6 +2555,7 @@ static void gm__free_block(gm_context* ctx, gm__block* b) {
     gm__stat_add(ctx->stats.active_bytes, gm__pool_stat(pl), -(int64_t)b->size);
     seg->free_epoch = s->dirty_epoch = s->epoch;
     seg->tick = ++ctx->tick;
+    if (seg->va) gm__va_unref(ctx, seg, b->addr, b->size, 1);
     gm__arena_give(&ctx->pool[pl], b);
     if (ctx->desc.caching == GM_TOGGLE_OFF && gm__seg_whole_free(seg) && gm__seg_safe(ctx, seg, 1))
         gm__release_seg(ctx, seg);
@@ -2284,23 +2614,36 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
             gm__fmt_bytes(e, sizeof e, (double)(resv - alloc)), gm__fmt_bytes(f, sizeof f, (double)fr));
 }
 
+/* One try at a block for rsize on stream si: the free lists, then (classic)
+   another stream's whole free segment and a new segment, or (expandable)
+   the stream's address range with its pages mapped. */
+static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
+    gm__block* b = gm__pool_find(ctx, pl, si, rsize);
+    if (ctx->va_gran) {
+        if (!b && !ctx->ss[si].vseg[pl] && gm__vseg_open(ctx, pl, si)) b = gm__pool_find(ctx, pl, si, rsize);
+        if (b && gm__va_commit(ctx, b->seg, b->addr, rsize, wait) != GM_OK) b = NULL;
+        return b;
+    }
+    if (b) return b;
+    if ((b = gm__adopt(ctx, pl, si, rsize, wait)) != NULL) return b;
+    return gm__grow(ctx, pl, si, rsize);
+}
+
 /* Steps 1b to 7 of the ladder, with the lock held on entry and exit (it is
-   dropped around the tier manager and the user hook). */
+   dropped around the tier manager and the user hook). An expandable block
+   comes back with its pages committed. */
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              gm_result* err) {
     gm__block* b;
     int rounds;
     *err = GM_ERR_OUT_OF_MEMORY;
     for (rounds = 0; rounds < 4; rounds++) {
-        if ((b = gm__adopt(ctx, pl, *si, rsize, 0)) != NULL) return b;
-        if ((b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
+        if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
         ctx->stats.num_alloc_retries++;
-        if (gm__release(ctx, 0, 0) && (b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
+        if (gm__release(ctx, 0, 0) && (b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
         gm__wait_all(ctx);
-        if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
-        if ((b = gm__adopt(ctx, pl, *si, rsize, 1)) != NULL) return b;
-        gm__release(ctx, 1, 0);
-        if ((b = gm__grow(ctx, pl, *si, rsize)) != NULL) return b;
+        if ((b = gm__attempt(ctx, pl, *si, rsize, 1)) != NULL) return b;
+        if (gm__release(ctx, 1, 0) && (b = gm__attempt(ctx, pl, *si, rsize, 1)) != NULL) return b;
         if (ctx->tier_evict) {
             size_t got;
             pthread_mutex_unlock(&ctx->mu);
@@ -2310,7 +2653,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             *err = GM_ERR_OUT_OF_MEMORY;
             if (got) {
                 gm__process_pending(ctx, 0);
-                if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
+                if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
                 continue;
             }
         }
@@ -2324,7 +2667,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             *err = GM_ERR_OUT_OF_MEMORY;
             if (act == GM_OOM_RETRY) {
                 gm__process_pending(ctx, 0);
-                if ((b = gm__pool_find(ctx, pl, *si, rsize)) != NULL) return b;
+                if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
                 continue;
             }
         }
@@ -2361,6 +2704,7 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
     }
     if (ctx->pending) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
+    if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
     if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, &r);
     if (!b) {
         pthread_mutex_unlock(&ctx->mu);
@@ -2368,6 +2712,7 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
     }
     gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
     if (!gm__map_put(&ctx->map, b->addr, b)) {
+        if (b->seg->va) gm__va_unref(ctx, b->seg, b->addr, b->size, 0);
         gm__arena_give(&ctx->pool[pl], b);
         pthread_mutex_unlock(&ctx->mu);
         return GM_ERR_HOST_OUT_OF_MEMORY;
@@ -2635,13 +2980,22 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
         for (s = ctx->pool[pl].segs; s; s = s->next) {
             const gm__block* k;
             int first = 1;
-            gm__bprintf(&b, "%s\n{\"address\":\"0x%lx\",\"size\":%zu,\"pool\":\"%s\",\"stream\":\"0x%lx\",\"blocks\":[",
-                        first_seg ? "" : ",", (unsigned long)s->base, s->size, pl ? "large" : "small",
-                        (unsigned long)(uintptr_t)ctx->ss[s->key - 1].stream);
+            size_t limit = s->size; /* expandable: up to the last mapped page */
+            if (s->va) {
+                size_t p = s->va->npages;
+                while (p && !(s->va->flags[p - 1] & GM__PG_MAPPED)) p--;
+                limit = p * s->va->gran;
+                if (!limit) continue;
+            }
+            gm__bprintf(&b, "%s\n{\"address\":\"0x%lx\",\"size\":%zu,\"mapped\":%zu,\"pool\":\"%s\",\"expandable\":%s,"
+                        "\"stream\":\"0x%lx\",\"blocks\":[",
+                        first_seg ? "" : ",", (unsigned long)s->base, limit, s->mapped, pl ? "large" : "small",
+                        s->va ? "true" : "false", (unsigned long)(uintptr_t)ctx->ss[s->key - 1].stream);
             first_seg = 0;
-            for (k = s->first; k; k = k->next) {
+            for (k = s->first; k && k->addr - s->base < limit; k = k->next) {
+                size_t sz = k->addr - s->base + k->size > limit ? limit - (k->addr - s->base) : k->size;
                 gm__bprintf(&b, "%s{\"offset\":%lu,\"size\":%zu,\"requested\":%zu,\"state\":\"%s\"}", first ? "" : ",",
-                            (unsigned long)(k->addr - s->base), k->size, k->requested, states[k->state]);
+                            (unsigned long)(k->addr - s->base), sz, k->requested, states[k->state]);
                 first = 0;
             }
             gm__bprintf(&b, "]}");
@@ -2731,11 +3085,15 @@ GPUMEM_API int gm_check(gm_context* ctx) {
     }
     for (pl = 0; pl < 2; pl++) {
         const gm__seg* sg;
-        for (sg = ctx->pool[pl].segs; sg; sg = sg->next)
+        for (sg = ctx->pool[pl].segs; sg; sg = sg->next) {
             if (sg->key >= 1 && sg->key <= ctx->nss && sg->free_epoch > ctx->ss[sg->key - 1].dirty_epoch) {
                 gm__log(ctx, GM_LOG_ERROR, "check: segment %#lx freed in its owner's future", (unsigned long)sg->base);
                 bad++;
             }
+            if (sg->va) bad += gm__vseg_check(ctx, sg);
+            else if (sg->mapped != sg->size) bad++;
+            if (sg->va && (sg->key < 1 || sg->key > ctx->nss || ctx->ss[sg->key - 1].vseg[pl] != sg)) bad++;
+        }
     }
     pthread_mutex_unlock(&ctx->mu);
     return bad;
@@ -2775,6 +3133,13 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
         ctx->budget = (size_t)(ctx->desc.device_budget_fraction * (double)ctx->total);
     else ctx->budget = ctx->total;
     ctx->desc.device_budget = ctx->budget;
+    if (ctx->desc.expandable == GM_TOGGLE_ON && ctx->desc.caching != GM_TOGGLE_OFF) {
+        ctx->va_gran = ctx->be->va_granularity(ctx);
+        if (!ctx->va_gran) {
+            gm__log(ctx, GM_LOG_WARN, "setup: backend %s has no virtual memory: classic segments", ctx->be->name);
+            ctx->desc.expandable = GM_TOGGLE_OFF;
+        }
+    }
     pthread_mutex_init(&ctx->mu, NULL);
     gm__arena_init(&ctx->pool[0], GM__ROUND, &ctx->stats, GM_STAT_SMALL_POOL);
     gm__arena_init(&ctx->pool[1], GM__ROUND, &ctx->stats, GM_STAT_LARGE_POOL);
@@ -2804,7 +3169,10 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
         gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them", ctx->map.count);
     for (pl = 0; pl < 2; pl++) {
         gm__seg* s;
-        for (s = ctx->pool[pl].segs; s; s = s->next) ctx->be->dev_free(ctx, (void*)s->base, s->size);
+        for (s = ctx->pool[pl].segs; s; s = s->next) {
+            if (s->va) gm__vseg_close(ctx, s);
+            else ctx->be->dev_free(ctx, (void*)s->base, s->size);
+        }
         gm__arena_destroy(&ctx->pool[pl]);
     }
     for (i = 0; i < ctx->nss; i++)
