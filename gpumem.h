@@ -831,7 +831,8 @@ struct gm__backend {
     size_t (*va_granularity)(gm_context* ctx);
     gm_result (*va_reserve)(gm_context* ctx, void** base, size_t size);
     gm_result (*va_release)(gm_context* ctx, void* base, size_t size);
-    gm_result (*va_map)(gm_context* ctx, void* addr, size_t size, void** handle);
+    /* maps size / granularity pages at addr, one handle each, all or none */
+    gm_result (*va_map)(gm_context* ctx, void* addr, size_t size, void** handles);
     gm_result (*va_unmap)(gm_context* ctx, void* addr, size_t size, void* handle);
 };
 
@@ -1403,7 +1404,7 @@ static gm_result gm__sim_va_release(gm_context* ctx, void* base, size_t size) {
     return GM_OK;
 }
 
-static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void** handle) {
+static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void** handles) {
     gm__sim* sim = GM__SIM(ctx);
     pthread_mutex_lock(&sim->mu);
     sim->nallocs++;
@@ -1426,7 +1427,7 @@ static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void**
         pthread_mutex_unlock(&sim->mu);
         return GM_ERR_OUT_OF_MEMORY;
     }
-    *handle = NULL;
+    (void)handles; /* the sim needs none: they stay NULL */
     return GM_OK;
 }
 
@@ -2334,14 +2335,20 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
             gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) gm__va_trim(ctx, (int64_t)ctx->budget - need, wait);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) r = GM_ERR_OUT_OF_MEMORY;
-        for (p = first; p <= last && r == GM_OK; p++) {
-            if (v->flags[p] & GM__PG_MAPPED) continue;
-            r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), v->gran, &v->handle[p]);
+        for (p = first; p <= last && r == GM_OK;) { /* each run of unmapped pages in one call */
+            size_t e = p, q;
+            if (v->flags[p] & GM__PG_MAPPED) {
+                p++;
+                continue;
+            }
+            while (e + 1 <= last && !(v->flags[e + 1] & GM__PG_MAPPED)) e++;
+            r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), (e - p + 1) * v->gran, &v->handle[p]);
             if (r != GM_OK) break;
-            v->flags[p] |= GM__PG_MAPPED;
-            v->nmapped++;
-            gm__arena_remap(seg->arena, seg, (int64_t)v->gran);
+            for (q = p; q <= e; q++) v->flags[q] |= GM__PG_MAPPED;
+            v->nmapped += e - p + 1;
+            gm__arena_remap(seg->arena, seg, (int64_t)((e - p + 1) * v->gran));
             ctx->stats.num_device_alloc++;
+            p = e + 1;
         }
         if (r != GM_OK) { /* undo the users; pages this call mapped stay, idle and queued */
             size_t q;
