@@ -77,8 +77,13 @@ $(B)/bench-alloc-cuda: bench/alloc.c gpumem.h
 
 # Benchmarks print a table and write CSV under build/; the CUDA build falls
 # back to the sim backend where there is no device.
-bench: $(B)/bench-alloc $(B)/bench-alloc-cuda
+$(B)/bench-replay: bench/replay.c gpumem.h tools/gm_trace.h tools/gm_replay.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay
 	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
+	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
 
 demo: $(B)/demo
 	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi

@@ -430,9 +430,11 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
 #if defined(__GNUC__)
 #define GM__PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define GM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define GM__HOT __attribute__((always_inline)) inline
 #else
 #define GM__PRINTF(f, a)
 #define GM__LIKELY(x) (x)
+#define GM__HOT
 #endif
 
 #define GM__KIB ((size_t)1 << 10)
@@ -1668,14 +1670,14 @@ static const gm__backend gm__cuda_backend = {
 /* >>stat ------------------------------------------------------------------
    gm_stat updates. Every change goes to its pool's slot and to GM_STAT_ALL,
    so the ALL peak is the peak of the sum, not the sum of the peaks. */
-static void gm__stat_one(gm_stat* s, int64_t d) {
+static GM__HOT void gm__stat_one(gm_stat* s, int64_t d) {
     s->current += d;
     if (d > 0) s->allocated += d;
     else s->freed -= d;
     if (s->current > s->peak) s->peak = s->current;
 }
 
-static void gm__stat_add(gm_stat* s3, int pool, int64_t d) {
+static GM__HOT void gm__stat_add(gm_stat* s3, int pool, int64_t d) {
     if (!d) return;
     gm__stat_one(&s3[GM_STAT_ALL], d);
     gm__stat_one(&s3[pool], d);
@@ -3140,6 +3142,15 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
         ctx->budget = (size_t)(ctx->desc.device_budget_fraction * (double)ctx->total);
     else ctx->budget = ctx->total;
     ctx->desc.device_budget = ctx->budget;
+    {   /* contended calls are short: spin a little before sleeping */
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+#if defined(__GLIBC__) && defined(PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP)
+        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+        pthread_mutex_init(&ctx->mu, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
     if (ctx->desc.expandable == GM_TOGGLE_ON && ctx->desc.caching != GM_TOGGLE_OFF) {
         ctx->va_gran = ctx->be->va_granularity(ctx);
         if (!ctx->va_gran) {
@@ -3147,7 +3158,6 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
             ctx->desc.expandable = GM_TOGGLE_OFF;
         }
     }
-    pthread_mutex_init(&ctx->mu, NULL);
     gm__arena_init(&ctx->pool[0], GM__ROUND, &ctx->stats, GM_STAT_SMALL_POOL);
     gm__arena_init(&ctx->pool[1], GM__ROUND, &ctx->stats, GM_STAT_LARGE_POOL);
     r = gm__ss_index(ctx, NULL, &si);

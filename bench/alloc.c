@@ -1,15 +1,19 @@
-/* bench/alloc: the cost of a cached gm_alloc + gm_free pair against the
-   backend's own allocation (sim: mmap/munmap; CUDA: cudaMalloc/cudaFree and
+/* bench/alloc: the cost of a cached gm_alloc + gm_free pair on one thread
+   and on two threads sharing a context, against the backend's own
+   allocation (sim: mmap/munmap; CUDA: cudaMalloc/cudaFree and
    cudaMallocAsync/cudaFreeAsync from a pool that never releases), and
-   against glibc malloc/free as the host reference. Median over batches,
-   nanoseconds per pair, one thread. Prints a table; writes CSV to the path
-   given as the first argument (default build/bench-alloc.csv). */
+   against glibc malloc/free and jemalloc's (the program runs itself again
+   under LD_PRELOAD for that column) for the same sizes; then the cost of a
+   miss that creates a segment. Median over batches, nanoseconds per pair.
+   Prints a table; writes CSV to the path given as the first argument
+   (default build/bench-alloc.csv). */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BATCHES 31
 
@@ -89,13 +93,80 @@ static int pair_cuda_async(void* env, size_t size, int reps) {
 }
 #endif
 
+static const size_t sizes[] = {512, 4096, 65536, 1 << 20, 8 << 20, 64 << 20};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+/* Two threads on one context, each timing its own pairs; the slower one. */
+typedef struct two_arg {
+    gm_context* ctx;
+    size_t size;
+    double ns;
+} two_arg;
+static void* two_worker(void* a) {
+    two_arg* t = (two_arg*)a;
+    t->ns = measure(pair_gm, t->ctx, t->size, 10000);
+    return NULL;
+}
+static double measure_two(gm_context* ctx, size_t size) {
+    pthread_t th[2];
+    two_arg a[2];
+    int i;
+    for (i = 0; i < 2; i++) {
+        a[i].ctx = ctx;
+        a[i].size = size;
+        pthread_create(&th[i], NULL, two_worker, &a[i]);
+    }
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    return a[0].ns > a[1].ns ? a[0].ns : a[1].ns;
+}
+
+/* A miss: gm_alloc that has to create a segment (the cache is emptied
+   before each, untimed). */
+static double measure_miss(gm_context* ctx, size_t size) {
+    double t[BATCHES];
+    int b;
+    for (b = 0; b < BATCHES; b++) {
+        void* p;
+        double t0;
+        gm_empty_cache(ctx);
+        t0 = now_ns();
+        if (gm_alloc(ctx, &p, size, NULL) != GM_OK) return -1;
+        t[b] = now_ns() - t0;
+        gm_free(ctx, p);
+    }
+    return median(t, BATCHES);
+}
+
+static void jemalloc_column(const char* self, double* out) {
+    static const char* c[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                              "/usr/lib64/libjemalloc.so.2"};
+    char cmd[2048];
+    size_t i;
+    FILE* p;
+    for (i = 0; i < NSIZES; i++) out[i] = -1;
+    for (i = 0; i < sizeof c / sizeof c[0]; i++)
+        if (access(c[i], R_OK) == 0) break;
+    if (i == sizeof c / sizeof c[0]) return;
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD='%s' '%s' --host", c[i], self);
+    p = popen(cmd, "r");
+    if (!p) return;
+    for (i = 0; i < NSIZES; i++)
+        if (fscanf(p, "%lf", &out[i]) != 1) break;
+    pclose(p);
+}
+
 int main(int argc, char** argv) {
-    static const size_t sizes[] = {512, 4096, 65536, 1 << 20, 8 << 20, 64 << 20};
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-alloc.csv";
+    double jem[NSIZES];
     gm_context* ctx = NULL;
     gm_desc d;
     FILE* csv;
     size_t i;
+    if (argc > 1 && !strcmp(argv[1], "--host")) { /* the host allocator's pairs, for the parent */
+        for (i = 0; i < NSIZES; i++) printf("%.1f\n", measure(pair_malloc, NULL, sizes[i], 10000));
+        return 0;
+    }
+    jemalloc_column(argv[0], jem);
     memset(&d, 0, sizeof d);
     d.log_fn = gm_log_stderr;
     if (gm_setup(&ctx, &d) != GM_OK) {
@@ -104,10 +175,13 @@ int main(int argc, char** argv) {
         if (gm_setup(&ctx, &d) != GM_OK) return 1;
     }
     csv = fopen(csv_path, "w");
-    if (csv) fprintf(csv, "backend,size,gm_pair_ns,backend_pair_ns,malloc_pair_ns,cuda_async_pair_ns\n");
-    printf("backend %s; median ns per alloc+free pair, one thread\n", gm_backend_name(ctx));
-    printf("%10s %14s %16s %14s %18s %12s\n", "size", "gm (cached)", "backend (raw)", "glibc malloc",
-           "cudaMallocAsync", "raw / gm");
+    if (csv)
+        fprintf(csv, "backend,size,gm_pair_ns,gm_pair_2threads_ns,gm_miss_ns,backend_pair_ns,malloc_pair_ns,"
+                     "jemalloc_pair_ns,cuda_async_pair_ns\n");
+    printf("backend %s; median ns per alloc+free pair (two threads: each thread's pair, both running)\n",
+           gm_backend_name(ctx));
+    printf("%10s %9s %9s %10s %10s %8s %9s %9s %9s\n", "size", "gm", "gm 2 thr", "gm miss", "raw", "glibc",
+           "jemalloc", "cudaAsync", "gm / jem");
 #ifdef GPUMEM_CUDA
     cudaStream_t s = NULL;
     int have_async = strcmp(gm_backend_name(ctx), "cuda") == 0;
@@ -123,14 +197,18 @@ int main(int argc, char** argv) {
     for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         size_t n = sizes[i];
         double g = measure(pair_gm, ctx, n, 10000);
+        double g2 = measure_two(ctx, n);
+        double miss = measure_miss(ctx, n);
         double r = measure(pair_raw, ctx, n, n >= (8u << 20) ? 20 : 200);
         double m = measure(pair_malloc, NULL, n, 10000);
         double a = -1;
 #ifdef GPUMEM_CUDA
         if (have_async) a = measure(pair_cuda_async, s, n, 10000);
 #endif
-        printf("%10zu %14.1f %16.1f %14.1f %18.1f %11.0fx\n", n, g, r, m, a, g > 0 ? r / g : 0);
-        if (csv) fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f\n", gm_backend_name(ctx), n, g, r, m, a);
+        printf("%10zu %9.1f %9.1f %10.1f %10.1f %8.1f %9.1f %9.1f %8.2fx\n", n, g, g2, miss, r, m, jem[i], a,
+               jem[i] > 0 ? g / jem[i] : 0);
+        if (csv)
+            fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", gm_backend_name(ctx), n, g, g2, miss, r, m, jem[i], a);
     }
     if (csv) {
         fclose(csv);

@@ -1,0 +1,245 @@
+/* bench/replay: every shared trace through gpumem (classic and expandable
+   segments, sim backend, no memory touched) and, in the same run, the same
+   request stream through glibc malloc/free and through jemalloc (the
+   program runs itself again with LD_PRELOAD). Prints a table and writes
+   CSV.
+
+   usage: replay [TRACES_DIR] [CSV]     (defaults: ../shared/traces,
+                                         build/bench-replay.csv)
+          replay --host FILE...         (internal: malloc/free ns per op)
+
+   Figures per trace: operations, peak live bytes, fragmentation
+   1 - peak live / peak reserved for each policy, PyTorch's own figure from
+   the trace's meta file, for packing problems peak reserved over the known
+   optimum (1,048,576 x 512 bytes), and nanoseconds per operation. The
+   nanoseconds are the median of five replays. */
+#define GPUMEM_IMPLEMENTATION
+#include "../gpumem.h"
+#include "../tools/gm_trace.h"
+#include "../tools/gm_replay.h"
+#include <dirent.h>
+#include <unistd.h>
+
+#define RUNS 5
+#define PACK_OPT (1048576.0 * 512.0)
+
+static int cmp_d(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double* v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+static int load(const char* path, gmt_trace* t) {
+    uint64_t scale = strstr(path, "minimalloc") ? 512 : 1;
+    if (!gmt_load(path, NULL, scale, t)) {
+        fprintf(stderr, "replay: %s: %s\n", path, t->error);
+        return 0;
+    }
+    return 1;
+}
+
+/* malloc/free of the same stream; the memory is not touched either. */
+static double host_ns(const gmt_trace* t) {
+    double r[RUNS];
+    void** p = (void**)calloc(t->nids ? t->nids : 1, sizeof *p);
+    int k;
+    for (k = 0; k < RUNS; k++) {
+        size_t i;
+        double t0 = gmr_now_ns();
+        for (i = 0; i < t->n; i++) {
+            const gmt_event* e = &t->ev[i];
+            if (!e->is_free) p[e->id] = malloc(e->size ? (size_t)e->size : 1);
+            else {
+                free(p[e->id]);
+                p[e->id] = NULL;
+            }
+        }
+        r[k] = (gmr_now_ns() - t0) / (double)t->n;
+        for (i = 0; i < t->nids; i++) {
+            free(p[i]);
+            p[i] = NULL;
+        }
+    }
+    free(p);
+    return median(r, RUNS);
+}
+
+static gmr_result gm_run(const gmt_trace* t, int expandable, double* ns) {
+    double r[RUNS];
+    gmr_result res;
+    int k;
+    memset(&res, 0, sizeof res);
+    for (k = 0; k < RUNS; k++) {
+        gm_context* ctx;
+        gm_desc d;
+        memset(&d, 0, sizeof d);
+        d.backend = GM_BACKEND_SIM;
+        d.ignore_env = 1;
+        d.log_fn = gm_log_stderr;
+        d.sim.capacity = (size_t)1 << 40;
+        d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+        if (gm_setup(&ctx, &d) != GM_OK) exit(1);
+        res = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+        r[k] = res.ns_per_op;
+        if (res.error != GM_OK || res.ooms || gm_check(ctx) != 0) {
+            fprintf(stderr, "replay: gpumem failed on a trace: %s\n", res.error_msg);
+            exit(1);
+        }
+        gm_shutdown(ctx);
+    }
+    *ns = median(r, RUNS);
+    return res;
+}
+
+static double meta_frag(const char* csv_path) {
+    char path[1024], buf[8192];
+    const char* key = "\"pytorch_frag_ratio_if_no_empty_cache\":";
+    char* at;
+    FILE* f;
+    size_t n;
+    snprintf(path, sizeof path, "%s", csv_path);
+    at = strstr(path, ".rmm.csv");
+    if (!at) return -1;
+    strcpy(at, ".meta.json");
+    f = fopen(path, "r");
+    if (!f) return -1;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    at = strstr(buf, key);
+    return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+static int by_name(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+/* The trace files under dir/pytorch, dir/minimalloc, dir/lifetimes. */
+static int list_traces(const char* dir, char** out, int max) {
+    static const char* sub[] = {"pytorch", "minimalloc", "lifetimes"};
+    int n = 0, k;
+    for (k = 0; k < 3; k++) {
+        char path[1024];
+        DIR* d;
+        struct dirent* e;
+        int first = n;
+        snprintf(path, sizeof path, "%s/%s", dir, sub[k]);
+        d = opendir(path);
+        if (!d) continue;
+        while ((e = readdir(d)) != NULL && n < max) {
+            const char* nm = e->d_name;
+            size_t l = strlen(nm);
+            if ((l > 8 && !strcmp(nm + l - 8, ".rmm.csv")) || (k == 1 && l > 4 && !strcmp(nm + l - 4, ".csv")) ||
+                (k == 2 && l > 4 && !strcmp(nm + l - 4, ".log"))) {
+                out[n] = (char*)malloc(strlen(path) + l + 2);
+                sprintf(out[n], "%s/%s", path, nm);
+                n++;
+            }
+        }
+        closedir(d);
+        qsort(out + first, (size_t)(n - first), sizeof *out, by_name);
+    }
+    return n;
+}
+
+static const char* jemalloc_path(void) {
+    static const char* c[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                              "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2"};
+    size_t i;
+    for (i = 0; i < sizeof c / sizeof c[0]; i++)
+        if (access(c[i], R_OK) == 0) return c[i];
+    return NULL;
+}
+
+/* Runs `replay --host` on every trace, under an LD_PRELOAD or not. */
+static void host_column(const char* self, char** traces, int n, const char* preload, double* out) {
+    char cmd[16384];
+    size_t len;
+    int i;
+    FILE* p;
+    len = (size_t)snprintf(cmd, sizeof cmd, "%s%s%s '%s' --host", preload ? "LD_PRELOAD='" : "", preload ? preload : "",
+                           preload ? "'" : "", self);
+    for (i = 0; i < n && len < sizeof cmd - 1100; i++) len += (size_t)snprintf(cmd + len, sizeof cmd - len, " '%s'", traces[i]);
+    for (i = 0; i < n; i++) out[i] = -1;
+    p = popen(cmd, "r");
+    if (!p) return;
+    for (i = 0; i < n; i++)
+        if (fscanf(p, "%lf", &out[i]) != 1) break;
+    pclose(p);
+}
+
+int main(int argc, char** argv) {
+    const char *dir = "../shared/traces", *csv_path = "build/bench-replay.csv", *jp = jemalloc_path();
+    char* traces[64];
+    double glibc[64], jem[64];
+    int n, i;
+    FILE* csv;
+    if (argc > 1 && !strcmp(argv[1], "--host")) {
+        for (i = 2; i < argc; i++) {
+            gmt_trace t;
+            if (!load(argv[i], &t)) {
+                printf("-1\n");
+                continue;
+            }
+            printf("%.1f\n", host_ns(&t));
+            fflush(stdout);
+            gmt_free(&t);
+        }
+        return 0;
+    }
+    if (argc > 1) dir = argv[1];
+    if (argc > 2) csv_path = argv[2];
+    n = list_traces(dir, traces, 64);
+    if (!n) {
+        fprintf(stderr, "replay: no traces under %s\n", dir);
+        return 1;
+    }
+    host_column(argv[0], traces, n, NULL, glibc);
+    if (jp) host_column(argv[0], traces, n, jp, jem);
+    else {
+        for (i = 0; i < n; i++) jem[i] = -1;
+        printf("jemalloc is not installed (Debian: libjemalloc2): its column is empty\n");
+    }
+    csv = fopen(csv_path, "w");
+    if (csv)
+        fprintf(csv, "trace,ops,peak_live,pytorch_frag,frag_classic,frag_expandable,reserved_over_optimum_classic,"
+                     "reserved_over_optimum_expandable,segments_classic,segments_expandable,ns_classic,ns_expandable,"
+                     "ns_glibc,ns_jemalloc\n");
+    printf("sim backend, nothing touched; fragmentation = 1 - peak live / peak reserved; ns per operation, median of %d\n\n",
+           RUNS);
+    printf("%-32s %6s %10s | %8s %8s %8s | %7s %7s | %7s %7s %7s %7s | %7s\n", "trace", "ops", "peak live", "PyTorch",
+           "classic", "expand.", "cl/opt", "ex/opt", "classic", "expand.", "glibc", "jemalloc", "cl/jem");
+    for (i = 0; i < n; i++) {
+        gmt_trace t;
+        gmr_result c, e;
+        double nc, ne, pf = meta_frag(traces[i]), oc = -1, oe = -1;
+        const char* name = strrchr(traces[i], '/') + 1;
+        char pfs[16] = "-", ocs[16] = "-", oes[16] = "-", lv[16];
+        if (!load(traces[i], &t)) return 1;
+        c = gm_run(&t, 0, &nc);
+        e = gm_run(&t, 1, &ne);
+        if (strstr(traces[i], "minimalloc")) {
+            oc = (double)c.peak_reserved / PACK_OPT;
+            oe = (double)e.peak_reserved / PACK_OPT;
+            snprintf(ocs, sizeof ocs, "%.2fx", oc);
+            snprintf(oes, sizeof oes, "%.2fx", oe);
+        }
+        if (pf >= 0) snprintf(pfs, sizeof pfs, "%.2f%%", 100 * pf);
+        snprintf(lv, sizeof lv, "%.2f GB", (double)t.peak_live / 1e9);
+        printf("%-32.32s %6zu %10s | %8s %7.2f%% %7.2f%% | %7s %7s | %7.0f %7.0f %7.0f %7.0f | %6.2fx\n", name, t.n, lv, pfs,
+               100 * c.frag, 100 * e.frag, ocs, oes, nc, ne, glibc[i], jem[i], jem[i] > 0 ? nc / jem[i] : 0);
+        if (csv)
+            fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.6f,%.4f,%.4f,%lld,%lld,%.1f,%.1f,%.1f,%.1f\n", name, t.n,
+                    (unsigned long long)t.peak_live, pf, c.frag, e.frag, oc, oe, (long long)c.segments,
+                    (long long)e.segments, nc, ne, glibc[i], jem[i]);
+        gmt_free(&t);
+        free(traces[i]);
+    }
+    if (csv) {
+        fclose(csv);
+        printf("\nwrote %s\n", csv_path);
+    }
+    return 0;
+}
