@@ -2997,10 +2997,27 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
                 if (!limit) continue;
             }
             gm__bprintf(&b, "%s\n{\"address\":\"0x%lx\",\"size\":%zu,\"mapped\":%zu,\"pool\":\"%s\",\"expandable\":%s,"
-                        "\"stream\":\"0x%lx\",\"blocks\":[",
+                        "\"stream\":\"0x%lx\",%s",
                         first_seg ? "" : ",", (unsigned long)s->base, limit, s->mapped, pl ? "large" : "small",
-                        s->va ? "true" : "false", (unsigned long)(uintptr_t)ctx->ss[s->key - 1].stream);
+                        s->va ? "true" : "false", (unsigned long)(uintptr_t)ctx->ss[s->key - 1].stream,
+                        s->va ? "" : "\"blocks\":[");
             first_seg = 0;
+            if (s->va) { /* mapped page runs, [offset, length] */
+                size_t p = 0, e;
+                int fr = 1;
+                gm__bprintf(&b, "\"pages\":[");
+                while (p < limit / s->va->gran) {
+                    if (!(s->va->flags[p] & GM__PG_MAPPED)) {
+                        p++;
+                        continue;
+                    }
+                    for (e = p; e < limit / s->va->gran && (s->va->flags[e] & GM__PG_MAPPED); e++) {}
+                    gm__bprintf(&b, "%s[%zu,%zu]", fr ? "" : ",", p * s->va->gran, (e - p) * s->va->gran);
+                    fr = 0;
+                    p = e;
+                }
+                gm__bprintf(&b, "],\"blocks\":[");
+            }
             for (k = s->first; k && k->addr - s->base < limit; k = k->next) {
                 size_t sz = k->addr - s->base + k->size > limit ? limit - (k->addr - s->base) : k->size;
                 gm__bprintf(&b, "%s{\"offset\":%lu,\"size\":%zu,\"requested\":%zu,\"state\":\"%s\"}", first ? "" : ",",

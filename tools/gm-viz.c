@@ -142,6 +142,25 @@ static int segmap(FILE* f, const char* json) {
         p = e;
         seg_end = strstr(p, "]}");
         if (!seg_end) return 0;
+        {   /* the ground: mapped memory is free unless a block says otherwise */
+            const char* pg = strstr(p, "\"pages\":[");
+            if (pg && pg < seg_end) {
+                const char* q = pg + 9;
+                run(f, at, seg_size, per_row, ROWS, RH, "#fafafa");
+                while (*q == '[' || *q == ',') {
+                    char* end;
+                    uint64_t o, l;
+                    if (*q == ',') q++;
+                    if (*q != '[') break;
+                    o = strtoull(q + 1, &end, 10);
+                    l = strtoull(end + 1, &end, 10);
+                    run(f, at + o, l, per_row, ROWS, RH, "#e0e0e0");
+                    q = end + 1;
+                }
+            } else {
+                run(f, at, seg_size, per_row, ROWS, RH, "#e0e0e0");
+            }
+        }
         while ((p = strstr(p, "{\"offset\":")) != NULL && p < seg_end) {
             uint64_t off = u64_after(p, "\"offset\":", &e), size = u64_after(e, "\"size\":", &e);
             uint64_t req = u64_after(e, "\"requested\":", &e);
@@ -152,8 +171,8 @@ static int segmap(FILE* f, const char* json) {
             if (state == 'a') {
                 run(f, at + off, req, per_row, ROWS, RH, "#1f77b4");
                 run(f, at + off + req, size - req, per_row, ROWS, RH, "#9ecae1");
-            } else {
-                run(f, at + off, size, per_row, ROWS, RH, state == 'p' ? "#ff7f0e" : "#e0e0e0");
+            } else if (state == 'p') {
+                run(f, at + off, size, per_row, ROWS, RH, "#ff7f0e");
             }
         }
         at += seg_size;
@@ -169,7 +188,8 @@ static int segmap(FILE* f, const char* json) {
     fprintf(f, "</svg>\n");
     fprintf(f, "<p class='legend'><span style='background:#1f77b4'></span>allocated (requested) "
                "<span style='background:#9ecae1'></span>allocated beyond the request (rounding) "
-               "<span style='background:#e0e0e0'></span>free (cached) "
+               "<span style='background:#e0e0e0'></span>free, mapped (cached) "
+               "<span style='background:#fafafa;outline:1px solid #ccc'></span>free, unmapped (reserves nothing) "
                "<span style='background:#ff7f0e'></span>pending (other streams) "
                "<span style='background:#333;width:2px'></span>segment end. %d segments, %llu bytes; "
                "each row is %llu bytes.</p>\n",

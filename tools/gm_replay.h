@@ -10,7 +10,8 @@ typedef struct gmr_result {
     uint64_t peak_live;      /* largest sum of live requested bytes */
     int64_t peak_reserved;   /* the allocator's peak reserved bytes */
     double frag;             /* 1 - peak_live / peak_reserved */
-    int64_t segments;        /* device allocations made */
+    int64_t segments;        /* segments created */
+    int64_t device_allocs;   /* backend allocations (page mappings when expandable) */
     int64_t ooms;
     double ns_per_op;
     size_t peak_event;       /* index of the event after which reserved peaked */
@@ -77,7 +78,8 @@ static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t sto
     memset(&st, 0, sizeof st);
     gm_get_stats(ctx, &st);
     r.peak_reserved = st.reserved_bytes[GM_STAT_ALL].peak;
-    r.segments = st.num_device_alloc;
+    r.segments = st.segment[GM_STAT_ALL].allocated;
+    r.device_allocs = st.num_device_alloc;
     r.frag = r.peak_reserved > 0 ? 1.0 - (double)r.peak_live / (double)r.peak_reserved : 0;
     (void)best;
     if (!keep_live) {
