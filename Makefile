@@ -67,17 +67,17 @@ compile-check:
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
 	gcc $(WARN) -I. examples/basic.c -o $(B)/basic $(LDLIBS) && $(B)/basic >/dev/null
 
-$(B)/bench-alloc: bench/alloc.c gpumem.h
+$(B)/bench-alloc: bench/alloc.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
 
-$(B)/bench-alloc-cuda: bench/alloc.c gpumem.h
+$(B)/bench-alloc-cuda: bench/alloc.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
 # Benchmarks print a table and write CSV under build/; the CUDA build falls
 # back to the sim backend where there is no device.
-$(B)/bench-replay: bench/replay.c gpumem.h tools/gm_trace.h tools/gm_replay.h
+$(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
 

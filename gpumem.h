@@ -1145,6 +1145,24 @@ static gm_result gm__sim_mem_info(gm_context* ctx, size_t* f, size_t* t) {
 
 static size_t gm__page(size_t n) { return gm__round_up(n ? n : 1, 4096); }
 
+/* Charges n bytes of device memory: the fault injection's count, then the
+   capacity. Called with sim->mu held; on failure it is released. */
+static gm_result gm__sim_charge(gm_context* ctx, gm__sim* sim, size_t n) {
+    sim->nallocs++;
+    if (sim->fail_alloc_at && sim->nallocs == sim->fail_alloc_at) {
+        sim->fail_alloc_at = 0;
+        pthread_mutex_unlock(&sim->mu);
+        gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a device allocation of %zu bytes", n);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    if (n > sim->capacity - sim->used) {
+        pthread_mutex_unlock(&sim->mu);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    sim->used += n;
+    return GM_OK;
+}
+
 /* which: 0 device (counted against capacity), 1 pinned, 2 managed */
 static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which) {
     gm__sim* sim = GM__SIM(ctx);
@@ -1153,18 +1171,8 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
     if (size > ((size_t)1 << 62)) return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim->mu);
     if (which == 0) {
-        sim->nallocs++;
-        if (sim->fail_alloc_at && sim->nallocs == sim->fail_alloc_at) {
-            sim->fail_alloc_at = 0;
-            pthread_mutex_unlock(&sim->mu);
-            gm__log(ctx, GM_LOG_INFO, "sim: injected failure of device allocation of %zu bytes", size);
-            return GM_ERR_OUT_OF_MEMORY;
-        }
-        if (n > sim->capacity - sim->used) {
-            pthread_mutex_unlock(&sim->mu);
-            return GM_ERR_OUT_OF_MEMORY;
-        }
-        sim->used += n;
+        gm_result r = gm__sim_charge(ctx, sim, n);
+        if (r != GM_OK) return r;
     } else if (which == 1) {
         sim->pinned += n;
     } else {
@@ -1408,19 +1416,9 @@ static gm_result gm__sim_va_release(gm_context* ctx, void* base, size_t size) {
 
 static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void** handles) {
     gm__sim* sim = GM__SIM(ctx);
+    gm_result r;
     pthread_mutex_lock(&sim->mu);
-    sim->nallocs++;
-    if (sim->fail_alloc_at && sim->nallocs == sim->fail_alloc_at) {
-        sim->fail_alloc_at = 0;
-        pthread_mutex_unlock(&sim->mu);
-        gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a %zu-byte page mapping", size);
-        return GM_ERR_OUT_OF_MEMORY;
-    }
-    if (size > sim->capacity - sim->used) {
-        pthread_mutex_unlock(&sim->mu);
-        return GM_ERR_OUT_OF_MEMORY;
-    }
-    sim->used += size;
+    if ((r = gm__sim_charge(ctx, sim, size)) != GM_OK) return r;
     pthread_mutex_unlock(&sim->mu);
     if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0) {
         gm__log(ctx, GM_LOG_WARN, "sim: mprotect(%p, %zu) failed: %s", addr, size, strerror(errno));

@@ -12,26 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include "bench.h"
 
 #define BATCHES 31
 
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double* v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
+#define now_ns bench_now_ns
+#define median bench_median
 
 typedef int (*pair_fn)(void* env, size_t size, int reps);
 
@@ -138,16 +124,13 @@ static double measure_miss(gm_context* ctx, size_t size) {
 }
 
 static void jemalloc_column(const char* self, double* out) {
-    static const char* c[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
-                              "/usr/lib64/libjemalloc.so.2"};
+    const char* jp = bench_jemalloc();
     char cmd[2048];
     size_t i;
     FILE* p;
     for (i = 0; i < NSIZES; i++) out[i] = -1;
-    for (i = 0; i < sizeof c / sizeof c[0]; i++)
-        if (access(c[i], R_OK) == 0) break;
-    if (i == sizeof c / sizeof c[0]) return;
-    snprintf(cmd, sizeof cmd, "LD_PRELOAD='%s' '%s' --host", c[i], self);
+    if (!jp) return;
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD='%s' '%s' --host", jp, self);
     p = popen(cmd, "r");
     if (!p) return;
     for (i = 0; i < NSIZES; i++)

@@ -17,21 +17,13 @@
 #include "../gpumem.h"
 #include "../tools/gm_trace.h"
 #include "../tools/gm_replay.h"
+#include "bench.h"
 #include <dirent.h>
-#include <unistd.h>
 
 #define RUNS 5
 #define PACK_OPT (1048576.0 * 512.0)
 
-static int cmp_d(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double* v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
+#define median bench_median
 
 static int load(const char* path, gmt_trace* t) {
     uint64_t scale = strstr(path, "minimalloc") ? 512 : 1;
@@ -144,15 +136,6 @@ static int list_traces(const char* dir, char** out, int max) {
     return n;
 }
 
-static const char* jemalloc_path(void) {
-    static const char* c[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
-                              "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2"};
-    size_t i;
-    for (i = 0; i < sizeof c / sizeof c[0]; i++)
-        if (access(c[i], R_OK) == 0) return c[i];
-    return NULL;
-}
-
 /* Runs `replay --host` on every trace, under an LD_PRELOAD or not. */
 static void host_column(const char* self, char** traces, int n, const char* preload, double* out) {
     char cmd[16384];
@@ -171,7 +154,7 @@ static void host_column(const char* self, char** traces, int n, const char* prel
 }
 
 int main(int argc, char** argv) {
-    const char *dir = "../shared/traces", *csv_path = "build/bench-replay.csv", *jp = jemalloc_path();
+    const char *dir = "../shared/traces", *csv_path = "build/bench-replay.csv", *jp = bench_jemalloc();
     char* traces[64];
     double glibc[64], jem[64];
     int n, i;

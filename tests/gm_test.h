@@ -77,6 +77,13 @@ static inline gm_context* t_setup(gm_desc d) {
     return ctx;
 }
 
+static inline gm_stats t_stats(gm_context* ctx) {
+    gm_stats s;
+    memset(&s, 0, sizeof s);
+    gm_get_stats(ctx, &s);
+    return s;
+}
+
 static inline gm_desc t_desc(void) {
     gm_desc d;
     memset(&d, 0, sizeof d);

@@ -4,11 +4,7 @@
 
 #define MiB ((size_t)1 << 20)
 
-static gm_stats st(gm_context* ctx) {
-    gm_stats s;
-    gm_get_stats(ctx, &s);
-    return s;
-}
+#define st t_stats
 
 static void test_edge_sizes(void) {
     gm_context* ctx = t_setup(t_desc());

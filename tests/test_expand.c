@@ -7,12 +7,7 @@
 
 #define MiB ((size_t)1 << 20)
 
-static gm_stats st(gm_context* ctx) {
-    gm_stats s;
-    memset(&s, 0, sizeof s);
-    gm_get_stats(ctx, &s);
-    return s;
-}
+#define st t_stats
 
 static gm_context* exp_ctx(size_t budget) {
     gm_desc d = t_desc();

@@ -5,11 +5,7 @@
 
 #define MiB ((size_t)1 << 20)
 
-static gm_stats st(gm_context* ctx) {
-    gm_stats s;
-    gm_get_stats(ctx, &s);
-    return s;
-}
+#define st t_stats
 
 static int hook_calls;
 static void* hook_victim;

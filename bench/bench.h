@@ -1,0 +1,35 @@
+/* bench.h -- what the benchmark programs share: a clock, medians, and where
+   jemalloc lives (for the LD_PRELOAD reference runs). */
+#ifndef GM_BENCH_H
+#define GM_BENCH_H
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static inline double bench_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static inline int bench_cmp_d(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+
+static inline double bench_median(double* v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
+    return v[n / 2];
+}
+
+/* Debian's libjemalloc2, or NULL. It cannot be dlopen()ed (initial-exec
+   TLS), so the benchmarks run themselves again under LD_PRELOAD. */
+static inline const char* bench_jemalloc(void) {
+    static const char* c[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                              "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2"};
+    size_t i;
+    for (i = 0; i < sizeof c / sizeof c[0]; i++)
+        if (access(c[i], R_OK) == 0) return c[i];
+    return NULL;
+}
+#endif
