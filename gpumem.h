@@ -103,6 +103,8 @@
       gc_threshold:0.8    gc_threshold                 off
       max_split_size:64M  max_split_size (> 20 MiB)    unlimited
       log:error|warn|info|debug   log_level            warn
+      host_budget:16G     host_budget                  4 GiB
+      fallback:fail|managed  fallback                  fail
       sim_capacity:16G    sim.capacity                 16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
 
@@ -189,6 +191,7 @@ typedef enum gm_result {
     GM_ERR_FOREIGN_POINTER = -41,
     GM_ERR_STALE_HANDLE = -42,
     GM_ERR_INVALID_STREAM = -43,
+    GM_ERR_BAD_STATE = -44,        /* a tensor not in the state the call needs */
     /* device */
     GM_ERR_NO_DEVICE = -60,
     GM_ERR_BACKEND = -61,
@@ -236,8 +239,31 @@ typedef enum gm_copy_kind {
 
 typedef enum gm_sim_fault {
     GM_SIM_FAULT_DEVICE_ALLOC = 0, /* the Nth device allocation from now fails */
-    GM_SIM_FAULT_COPY              /* the Nth async copy from now fails */
+    GM_SIM_FAULT_COPY,             /* the Nth async copy from now fails */
+    GM_SIM_FAULT_HOST_ALLOC        /* the Nth pinned host allocation fails */
 } gm_sim_fault;
+
+/* A tensor of the tiered manager: pool index and generation, so a handle
+   of a destroyed tensor is refused. {0} is no tensor. */
+typedef struct gm_tensor {
+    uint32_t id;
+} gm_tensor;
+
+typedef enum gm_tier {
+    GM_TIER_NONE = 0,
+    GM_TIER_DEVICE,
+    GM_TIER_HOST,
+    GM_TIER_DISK,    /* the NVMe tier: not built yet */
+    GM_TIER_MANAGED  /* served by unified memory */
+} gm_tier;
+
+/* What a tensor gets when device memory runs out and nothing can be
+   evicted. */
+typedef enum gm_fallback {
+    GM_FALLBACK_DEFAULT = 0, /* = GM_FALLBACK_FAIL */
+    GM_FALLBACK_FAIL,        /* GM_ERR_OUT_OF_MEMORY; the tensor stays where it was */
+    GM_FALLBACK_MANAGED      /* unified memory, advised and prefetched to the device */
+} gm_fallback;
 
 typedef void (*gm_log_fn)(gm_log_level level, const char* message, void* user);
 /* Called without the context lock held, so it may call gm_free. */
@@ -270,6 +296,8 @@ typedef struct gm_desc {
     const char* conf;              /* options, GPUMEM_CONF syntax */
     int ignore_env;                /* non-zero: do not read GPUMEM_CONF or GPUMEM_TRACE */
     const char* trace_path;        /* write every alloc and free here (CSV) */
+    size_t host_budget;            /* pinned host tier, default 4 GiB */
+    gm_fallback fallback;          /* when nothing more can be evicted */
     gm_sim_desc sim;
 } gm_desc;
 
@@ -312,6 +340,19 @@ typedef struct gm_stats {
     GM_COUNTER_LIST(GM__COUNTER_FIELD)
 #undef GM__COUNTER_FIELD
 } gm_stats;
+
+/* The tiered manager's figures. */
+typedef struct gm_tier_stats {
+    int64_t tensors;
+    int64_t device_bytes, host_bytes, managed_bytes; /* tensor bytes in each tier */
+    int64_t evictions;        /* device copies given up */
+    int64_t clean_evictions;  /* of those, free: the host copy was still valid */
+    int64_t bytes_to_host, bytes_to_device;
+    int64_t prefetch_hits;    /* acquires that found a prefetched copy */
+    int64_t prefetch_misses;  /* acquires that had to bring the tensor in */
+    int64_t managed_fallbacks;
+    int64_t acquire_ns;       /* host time spent in gm_tensor_acquire */
+} gm_tier_stats;
 
 /* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
    backend has no usable device, GM_ERR_INVALID_ARGUMENT for a NULL out. */
@@ -377,6 +418,36 @@ GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream stream, gm_host_f
    budget: the baseline the demo and benchmarks compare against. */
 GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size);
 GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
+/* The tiered manager. A tensor lives on the device while used, can be
+   evicted to the pinned host tier when released, and comes back on
+   acquire. Its bytes are never lost: a copy or allocation that fails leaves
+   it where it was.
+   gm_tensor_create: room for `bytes`, on the device if it fits (evicting
+     released tensors if needed), else in the host tier, else per
+     desc.fallback. Contents are undefined until written.
+   gm_tensor_acquire: *ptr is valid on `stream` until the matching release;
+     the tensor is brought to the device first (ordered on the stream), and
+     cannot be evicted while acquired. Several acquires on one stream nest.
+   gm_tensor_release: `written` non-zero says the device copy changed, so a
+     host copy is stale; a clean tensor with a host copy is evicted for free.
+   gm_tensor_prefetch: starts bringing it to the device on the manager's copy
+     stream; a later acquire on `stream` waits only for that copy.
+   gm_tensor_evict: moves a released tensor to the host tier now.
+   gm_tensor_set_priority: released tensors of lower priority go first;
+     pinned ones (non-zero) never leave the device by eviction.
+   Misuse (a destroyed handle, release without acquire, release on another
+   stream, destroy or evict while acquired) returns GM_ERR_STALE_HANDLE,
+   GM_ERR_BAD_STATE or GM_ERR_INVALID_STREAM and changes nothing. */
+GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes);
+GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor t);
+GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor t, gm_stream stream, void** ptr);
+GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor t, gm_stream stream, int written);
+GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor t, gm_stream stream);
+GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor t);
+GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor t, int priority, int pinned);
+GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor t, gm_tier* tier);
+GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out);
+
 /* Sim only (GM_ERR_UNSUPPORTED elsewhere): make the nth next operation of
    that kind fail (n = 1: the next one); n = 0 disarms. */
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth);
@@ -598,6 +669,7 @@ GPUMEM_API const char* gm_result_string(gm_result r) {
     case GM_ERR_FOREIGN_POINTER: return "pointer not allocated by this context";
     case GM_ERR_STALE_HANDLE: return "stale handle";
     case GM_ERR_INVALID_STREAM: return "invalid stream";
+    case GM_ERR_BAD_STATE: return "tensor not in the state this call needs";
     case GM_ERR_NO_DEVICE: return "no device";
     case GM_ERR_BACKEND: return "backend error";
     case GM_ERR_COPY_FAILED: return "copy failed";
@@ -695,6 +767,11 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
                     : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
         if (t == GM_TOGGLE_DEFAULT) return 0;
         if (!d->expandable) d->expandable = t;
+    } else if (gm__word_is(k, kn, "fallback")) {
+        gm_fallback f = gm__word_is(v, vn, "fail") ? GM_FALLBACK_FAIL
+                      : gm__word_is(v, vn, "managed") ? GM_FALLBACK_MANAGED : GM_FALLBACK_DEFAULT;
+        if (f == GM_FALLBACK_DEFAULT) return 0;
+        if (!d->fallback) d->fallback = f;
     } else if (gm__word_is(k, kn, "caching")) {
         gm_toggle t = gm__word_is(v, vn, "on") ? GM_TOGGLE_ON
                     : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
@@ -726,6 +803,9 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
         } else if (gm__word_is(k, kn, "max_split_size")) {
             if (frac || bytes <= 20 * GM__MIB) return 0; /* as PyTorch: above the large segment */
             if (!d->max_split_size) d->max_split_size = bytes;
+        } else if (gm__word_is(k, kn, "host_budget")) {
+            if (frac || bytes == 0) return 0;
+            if (!d->host_budget) d->host_budget = bytes;
         } else if (gm__word_is(k, kn, "sim_capacity")) {
             if (frac || bytes == 0) return 0;
             if (!d->sim.capacity) d->sim.capacity = bytes;
@@ -775,6 +855,8 @@ static gm_desc gm__resolve_desc(const gm_desc* in) {
     }
     if (!d.caching) d.caching = GM_TOGGLE_ON;
     if (!d.expandable) d.expandable = GM_TOGGLE_OFF;
+    if (!d.fallback) d.fallback = GM_FALLBACK_FAIL;
+    if (!d.host_budget) d.host_budget = 4 * GM__GIB;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     if (d.gc_threshold < 0 || d.gc_threshold >= 1 || d.gc_threshold != d.gc_threshold) {
@@ -963,7 +1045,7 @@ typedef struct gm__sim_event {
 typedef struct gm__sim {
     pthread_mutex_t mu;    /* guards everything below */
     size_t capacity, used, managed, pinned;
-    uint64_t nallocs, ncopies, fail_alloc_at, fail_copy_at;
+    uint64_t nallocs, ncopies, nhost, fail_alloc_at, fail_copy_at, fail_host_at;
     uint64_t link_free_at[GM__LINKS];
     double rate[GM__LINKS];
     gm__sim_stream* streams;
@@ -1174,6 +1256,13 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
         gm_result r = gm__sim_charge(ctx, sim, n);
         if (r != GM_OK) return r;
     } else if (which == 1) {
+        sim->nhost++;
+        if (sim->fail_host_at && sim->nhost == sim->fail_host_at) {
+            sim->fail_host_at = 0;
+            pthread_mutex_unlock(&sim->mu);
+            gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a pinned allocation of %zu bytes", size);
+            return GM_ERR_HOST_OUT_OF_MEMORY;
+        }
         sim->pinned += n;
     } else {
         sim->managed += n;
@@ -2658,7 +2747,8 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             pthread_mutex_lock(&ctx->mu);
             if ((*err = gm__ss_index(ctx, stream, si)) != GM_OK) return NULL;
             *err = GM_ERR_OUT_OF_MEMORY;
-            if (got) {
+            if (got) { /* progress: this round does not count */
+                rounds--;
                 gm__process_pending(ctx, 0);
                 if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
                 continue;
@@ -3031,6 +3121,10 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
     return b.len;
 }
 
+/* Defined with the tiered manager, below. */
+static int gm__tier_check(gm_context* ctx);
+static void gm__tier_shutdown(gm_context* ctx);
+
 /* >>check -----------------------------------------------------------------
    gm_check: the arenas' own invariants, then the allocator's: the map holds
    exactly the USED blocks, the pending list exactly the PENDING ones, every
@@ -3120,7 +3214,7 @@ GPUMEM_API int gm_check(gm_context* ctx) {
         }
     }
     pthread_mutex_unlock(&ctx->mu);
-    return bad;
+    return bad + gm__tier_check(ctx);
 }
 
 /* >>setup -----------------------------------------------------------------
@@ -3194,6 +3288,7 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     int pl;
     uint32_t i;
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    gm__tier_shutdown(ctx);
     pthread_mutex_lock(&ctx->mu);
     ctx->be->device_sync(ctx);
     gm__process_pending(ctx, 1);
@@ -3322,8 +3417,613 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
     pthread_mutex_lock(&sim->mu);
     if (fault == GM_SIM_FAULT_DEVICE_ALLOC) sim->fail_alloc_at = nth ? sim->nallocs + nth : 0;
     else if (fault == GM_SIM_FAULT_COPY) sim->fail_copy_at = nth ? sim->ncopies + nth : 0;
+    else if (fault == GM_SIM_FAULT_HOST_ALLOC) sim->fail_host_at = nth ? sim->nhost + nth : 0;
     pthread_mutex_unlock(&sim->mu);
-    return (int)fault == GM_SIM_FAULT_DEVICE_ALLOC || (int)fault == GM_SIM_FAULT_COPY ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+    return (int)fault >= GM_SIM_FAULT_DEVICE_ALLOC && (int)fault <= GM_SIM_FAULT_HOST_ALLOC ? GM_OK
+                                                                                             : GM_ERR_INVALID_ARGUMENT;
+}
+
+/* >>tier ------------------------------------------------------------------
+   The tiered manager. A tensor's bytes live in at least one tier at all
+   times: on the device (dev), in the pinned host pool (host, valid when
+   host_valid), or in managed memory. Invariants, under tm->mu:
+   - dev or managed or host_valid (never in no tier);
+   - acquired > 0 implies dev or managed, and the tensor is off the LRU list;
+   - a released tensor with dev is on the LRU list, least recently released
+     first; pinned ones are on it but never chosen;
+   - every copy that reads or writes a host block runs on the manager's
+     copy stream, so a freed host block is reused only after the copies
+     queued on it (FIFO); host_ev completes when the host copy is whole;
+   - a copy into device memory first makes the copy stream wait for the
+     stream the memory was allocated on (the allocator reuses blocks on
+     that stream at once); ready_ev completes when the device copy is
+     whole, and every acquire's stream waits for it;
+   - an acquire on a stream other than the tensor's last one (its last
+     release, or the allocation) first waits for the work queued there;
+   - device memory is freed on its allocation stream after gm_record_stream
+     of every other stream that used it (the copy stream included), so the
+     allocator reuses it only when that work is done.
+   tm->mu is recursive: acquiring may allocate, the allocator's OOM ladder
+   may call back into the manager to evict, on the same thread. */
+typedef struct gm__tensor {
+    uint32_t gen;
+    int live;
+    size_t bytes;
+    void* dev;              /* device copy, or NULL */
+    void* managed;          /* unified-memory copy, or NULL */
+    gm__block* host;        /* host pool block, or NULL */
+    int host_valid;
+    gm_stream alloc_stream; /* stream dev was allocated on */
+    gm_stream stream;       /* stream of the current acquire */
+    gm_stream last;         /* where the tensor was last used or allocated */
+    gm_stream used[4];      /* other streams that used dev */
+    int nused, used_overflow;
+    uint32_t acquired;
+    int prefetched;
+    void* host_ev;
+    void* ready_ev;
+    int priority, pinned;
+    uint32_t prev, next;    /* LRU neighbours: index + 1, 0 for none (indices
+                               survive the array growing) */
+} gm__tensor;
+
+typedef struct gm__tier {
+    pthread_mutex_t mu;
+    gm__tensor* t;
+    uint32_t n, cap;
+    uint32_t* freeidx;
+    uint32_t nfree;
+    uint32_t lru, lru_tail; /* index + 1 of the ends, 0: empty */
+    gm_stream copy;
+    void* sync_ev;          /* scratch: recorded, waited on, recorded again */
+    gm__arena host;         /* the pinned pool: segments from host_alloc */
+    size_t host_reserved;
+    gm_tier_stats st;
+} gm__tier;
+
+#define GM__HOST_CHUNK (64 * GM__MIB)
+
+#define GM__LRU(tm, k) (&(tm)->t[(k) - 1])
+static uint32_t gm__lru_key(gm__tier* tm, gm__tensor* x) { return (uint32_t)(x - tm->t) + 1; }
+
+static void gm__lru_del(gm__tier* tm, gm__tensor* x) {
+    uint32_t k = gm__lru_key(tm, x);
+    if (x->prev) GM__LRU(tm, x->prev)->next = x->next;
+    else if (tm->lru == k) tm->lru = x->next;
+    else return; /* not on the list */
+    if (x->next) GM__LRU(tm, x->next)->prev = x->prev;
+    else tm->lru_tail = x->prev;
+    x->prev = x->next = 0;
+}
+
+static void gm__lru_push(gm__tier* tm, gm__tensor* x) {
+    uint32_t k = gm__lru_key(tm, x);
+    gm__lru_del(tm, x);
+    x->prev = tm->lru_tail;
+    if (tm->lru_tail) GM__LRU(tm, tm->lru_tail)->next = k;
+    else tm->lru = k;
+    tm->lru_tail = k;
+}
+
+static gm__tensor* gm__tensor_get(gm_context* ctx, gm_tensor h) {
+    gm__tier* tm = (gm__tier*)ctx->tier;
+    uint32_t i = (h.id & 0xfffffu) - 1, gen = h.id >> 20;
+    if (!tm || !h.id || i >= tm->n || !tm->t[i].live || (tm->t[i].gen & 0xfffu) != gen) return NULL;
+    return &tm->t[i];
+}
+
+/* Host pool: an arena grown in pinned chunks up to host_budget. */
+static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
+    size_t n = gm__round_up(bytes ? bytes : 1, 4096);
+    gm__block* b = gm__arena_find(&tm->host, 1, n);
+    if (!b) {
+        size_t chunk = n > GM__HOST_CHUNK ? n : GM__HOST_CHUNK;
+        void* p;
+        if (tm->host_reserved + chunk > ctx->desc.host_budget) chunk = n;
+        if (tm->host_reserved + chunk > ctx->desc.host_budget) return NULL;
+        if (ctx->be->host_alloc(ctx, &p, chunk) != GM_OK) return NULL;
+        if (!gm__arena_add(&tm->host, (uintptr_t)p, chunk, 1)) {
+            ctx->be->host_free(ctx, p, chunk);
+            return NULL;
+        }
+        tm->host_reserved += chunk;
+        b = gm__arena_find(&tm->host, 1, n);
+    }
+    return gm__arena_take(&tm->host, b, n, 4096);
+}
+
+static void gm__host_free(gm__tier* tm, gm__tensor* x) {
+    if (!x->host) return;
+    gm__arena_give(&tm->host, x->host);
+    x->host = NULL;
+    x->host_valid = 0;
+}
+
+static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
+    int64_t b = sign * (int64_t)x->bytes;
+    if (x->dev) tm->st.device_bytes += b;
+    else if (x->managed) tm->st.managed_bytes += b;
+    if (x->host_valid) tm->st.host_bytes += b;
+}
+
+/* Gives up the device copy: frees it once every stream that used it is
+   done (the allocator waits for those events). */
+static void gm__dev_drop(gm_context* ctx, gm__tensor* x) {
+    int i;
+    if (x->used_overflow) gm_device_synchronize(ctx);
+    for (i = 0; i < x->nused; i++) gm_record_stream(ctx, x->dev, x->used[i]);
+    gm_free(ctx, x->dev);
+    x->dev = NULL;
+    x->nused = x->used_overflow = 0;
+    x->prefetched = 0;
+}
+
+static void gm__note_use(gm__tensor* x, gm_stream s) {
+    int i;
+    if (s == x->alloc_stream) return;
+    for (i = 0; i < x->nused; i++)
+        if (x->used[i] == s) return;
+    if (x->nused < 4) x->used[x->nused++] = s;
+    else x->used_overflow = 1;
+}
+
+static gm_result gm__event_on(gm_context* ctx, void** ev, gm_stream s) {
+    if (!*ev && ctx->be->event_create(ctx, ev) != GM_OK) {
+        *ev = NULL;
+        return GM_ERR_BACKEND;
+    }
+    return ctx->be->event_record(ctx, *ev, s);
+}
+
+/* The copy stream waits for the work queued on s so far. */
+static gm_result gm__copy_waits(gm_context* ctx, gm__tier* tm, gm_stream s) {
+    gm_result r = gm__event_on(ctx, &tm->sync_ev, s);
+    return r == GM_OK ? ctx->be->stream_wait_event(ctx, tm->copy, tm->sync_ev) : r;
+}
+
+/* Device to host. The copy stream first waits for the work queued on the
+   tensor's streams; the device copy is dropped only when the host copy is
+   certain to follow. Any failure leaves the tensor on the device. */
+static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm_result r;
+    if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
+    gm__tier_count(tm, x, -1);
+    if (x->host_valid) {
+        gm__dev_drop(ctx, x);
+        tm->st.clean_evictions++;
+    } else {
+        int i;
+        if (!x->host) x->host = gm__host_alloc(ctx, tm, x->bytes);
+        if (!x->host) {
+            gm__tier_count(tm, x, 1);
+            gm__log(ctx, GM_LOG_WARN, "tier: host tier full (%zu of %zu bytes): a %zu-byte tensor stays on the device",
+                    tm->host_reserved, ctx->desc.host_budget, x->bytes);
+            return GM_ERR_HOST_OUT_OF_MEMORY;
+        }
+        /* the copy stream waits for the tensor's last users */
+        r = gm__copy_waits(ctx, tm, x->alloc_stream);
+        for (i = 0; i < x->nused && r == GM_OK; i++)
+            if (x->used[i] != tm->copy) r = gm__copy_waits(ctx, tm, x->used[i]);
+        if (r == GM_OK && x->used_overflow) r = ctx->be->device_sync(ctx);
+        if (r == GM_OK) r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, tm->copy);
+        if (r == GM_OK) r = gm__event_on(ctx, &x->host_ev, tm->copy);
+        if (r != GM_OK) {
+            gm__tier_count(tm, x, 1);
+            gm__log(ctx, GM_LOG_WARN, "tier: evicting a %zu-byte tensor failed (%s); it stays on the device", x->bytes,
+                    gm_result_string(r));
+            return r;
+        }
+        gm__note_use(x, tm->copy);
+        x->host_valid = 1;
+        gm__dev_drop(ctx, x);
+        tm->st.bytes_to_host += (int64_t)x->bytes;
+    }
+    gm__lru_del(tm, x);
+    tm->st.evictions++;
+    gm__tier_count(tm, x, 1);
+    return GM_OK;
+}
+
+/* The allocator's OOM ladder asks for room: one released tensor goes to the
+   host, lowest priority first, least recently released first; the ladder
+   retries and asks again while this makes progress, so no more is evicted
+   than the request needs. */
+static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
+    gm__tier* tm = (gm__tier*)tier;
+    size_t freed = 0;
+    pthread_mutex_lock(&tm->mu);
+    if (bytes) {
+        int clean_only;
+        for (clean_only = 0; clean_only < 2 && !freed; clean_only++) {
+            /* first the policy's choice; if it cannot go (the host tier is
+               full), the best victim that needs no host room */
+            gm__tensor *x, *best = NULL;
+            uint32_t k;
+            gm_result r;
+            for (k = tm->lru; k; k = x->next) {
+                x = GM__LRU(tm, k);
+                if (!x->pinned && x->dev && !x->acquired && (!clean_only || x->host_valid) &&
+                    (!best || x->priority < best->priority))
+                    best = x;
+            }
+            if (!best) break;
+            r = gm__evict_one(ctx, tm, best);
+            if (r == GM_OK) freed = best->bytes;
+            else if (r != GM_ERR_HOST_OUT_OF_MEMORY) break;
+        }
+    }
+    pthread_mutex_unlock(&tm->mu);
+    return freed;
+}
+
+static gm__tier* gm__tier_open(gm_context* ctx) {
+    gm__tier* tm = (gm__tier*)ctx->tier;
+    pthread_mutexattr_t ma;
+    if (tm) return tm;
+    tm = (gm__tier*)gm__calloc(sizeof *tm);
+    if (!tm) return NULL;
+    if (ctx->be->stream_create(ctx, &tm->copy) != GM_OK) {
+        GPUMEM_FREE(tm);
+        return NULL;
+    }
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&tm->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    gm__arena_init(&tm->host, 4096, NULL, 0);
+    pthread_mutex_lock(&ctx->mu);
+    ctx->tier = tm;
+    ctx->tier_evict = gm__tier_evict;
+    pthread_mutex_unlock(&ctx->mu);
+    return tm;
+}
+
+/* Room on the device for x, on stream s; per the fallback, managed memory. */
+static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
+    gm_result r = gm_alloc(ctx, &x->dev, x->bytes, s);
+    if (r == GM_OK) {
+        x->alloc_stream = s;
+        return GM_OK;
+    }
+    x->dev = NULL;
+    if (r != GM_ERR_OUT_OF_MEMORY || ctx->desc.fallback != GM_FALLBACK_MANAGED) return r;
+    r = ctx->be->managed_alloc(ctx, &x->managed, x->bytes);
+    if (r != GM_OK) {
+        x->managed = NULL;
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
+    tm->st.managed_fallbacks++;
+    gm__log(ctx, GM_LOG_INFO, "tier: a %zu-byte tensor is served by managed memory", x->bytes);
+    return GM_OK;
+}
+
+/* Brings x to the device for stream s: room allocated on s, the copy on
+   the copy stream after s's earlier work, ready_ev recorded after it. */
+static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
+    gm_result r;
+    if (x->dev || x->managed) return GM_OK;
+    gm__tier_count(tm, x, -1);
+    r = gm__dev_room(ctx, tm, x, s);
+    if (r == GM_OK) x->last = s;
+    if (r == GM_OK && x->host_valid) {
+        void* dst = x->dev ? x->dev : x->managed;
+        r = gm__copy_waits(ctx, tm, s);
+        if (r == GM_OK)
+            r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes,
+                              x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_HOST_TO_HOST, tm->copy);
+        if (r == GM_OK) r = gm__event_on(ctx, &x->ready_ev, tm->copy);
+        if (r != GM_OK) { /* the host copy is still whole: give the room back */
+            if (x->dev) {
+                gm_record_stream(ctx, x->dev, tm->copy);
+                gm_free(ctx, x->dev);
+            } else if (x->managed) {
+                ctx->be->device_sync(ctx);
+                ctx->be->managed_free(ctx, x->managed, x->bytes);
+            }
+            x->dev = x->managed = NULL;
+            gm__log(ctx, GM_LOG_WARN, "tier: bringing a %zu-byte tensor in failed (%s); it stays in the host tier",
+                    x->bytes, gm_result_string(r));
+        } else {
+            if (x->dev) gm__note_use(x, tm->copy);
+            tm->st.bytes_to_device += (int64_t)x->bytes;
+        }
+    }
+    gm__tier_count(tm, x, 1);
+    return r;
+}
+
+#define GM__TIER_ENTER(ctx, tm, x, h)                                                       \
+    gm__tier* tm;                                                                           \
+    gm__tensor* x;                                                                          \
+    if (!(ctx)) return GM_ERR_INVALID_ARGUMENT;                                             \
+    tm = (gm__tier*)(ctx)->tier;                                                            \
+    if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made"); \
+    pthread_mutex_lock(&tm->mu);                                                            \
+    x = gm__tensor_get(ctx, h);                                                             \
+    if (!x) {                                                                               \
+        pthread_mutex_unlock(&tm->mu);                                                      \
+        return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: tensor %#x is not live", (h).id);  \
+    }
+
+GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes) {
+    gm__tier* tm;
+    gm__tensor* x;
+    uint32_t i;
+    gm_result r;
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    out->id = 0;
+    tm = gm__tier_open(ctx);
+    if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_mutex_lock(&tm->mu);
+    if (tm->nfree) {
+        i = tm->freeidx[--tm->nfree];
+    } else {
+        if (tm->n == tm->cap) {
+            uint32_t cap = tm->cap ? tm->cap * 2 : 256;
+            gm__tensor* t = cap <= 0xfffffu ? (gm__tensor*)gm__grow_array(tm->t, tm->cap * sizeof *t, cap * sizeof *t) : NULL;
+            uint32_t* f = t ? (uint32_t*)gm__grow_array(tm->freeidx, tm->cap * sizeof *f, cap * sizeof *f) : NULL;
+            if (t) tm->t = t;
+            if (!f) {
+                pthread_mutex_unlock(&tm->mu);
+                return GM_ERR_HOST_OUT_OF_MEMORY;
+            }
+            tm->freeidx = f;
+            tm->cap = cap;
+        }
+        i = tm->n++;
+        tm->t[i].gen = 0;
+    }
+    x = &tm->t[i];
+    {
+        uint32_t gen = x->gen + 1;
+        memset(x, 0, sizeof *x);
+        x->gen = gen;
+    }
+    x->bytes = bytes;
+    x->live = 1;
+    /* room: the device (evicting others if needed), else the host tier,
+       else the fallback */
+    r = gm_alloc(ctx, &x->dev, bytes ? bytes : 1, NULL);
+    if (r == GM_ERR_OUT_OF_MEMORY) {
+        x->dev = NULL;
+        x->host = gm__host_alloc(ctx, tm, bytes);
+        if (x->host) {
+            x->host_valid = 1;
+            r = GM_OK;
+        } else {
+            r = gm__dev_room(ctx, tm, x, NULL);
+        }
+    }
+    if (r != GM_OK) {
+        x->live = 0;
+        tm->freeidx[tm->nfree++] = i;
+        pthread_mutex_unlock(&tm->mu);
+        return r;
+    }
+    x->alloc_stream = x->last = NULL;
+    if (x->dev) gm__lru_push(tm, x);
+    tm->st.tensors++;
+    gm__tier_count(tm, x, 1);
+    out->id = ((x->gen & 0xfffu) << 20) | (i + 1);
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (x->acquired) {
+        pthread_mutex_unlock(&tm->mu);
+        return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: destroy of tensor %#x while acquired", h.id);
+    }
+    gm__tier_count(tm, x, -1);
+    gm__lru_del(tm, x);
+    if (x->dev) gm__dev_drop(ctx, x);
+    if (x->managed) {
+        gm_device_synchronize(ctx);
+        ctx->be->managed_free(ctx, x->managed, x->bytes);
+    }
+    gm__host_free(tm, x);
+    if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
+    if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
+    x->host_ev = x->ready_ev = NULL;
+    x->live = 0;
+    tm->freeidx[tm->nfree++] = (uint32_t)(x - tm->t);
+    tm->st.tensors--;
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s, void** ptr) {
+    uint64_t t0 = gm__now_ns();
+    gm_result r = GM_OK;
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (!ptr || (x->acquired && x->stream != s)) {
+        pthread_mutex_unlock(&tm->mu);
+        if (!ptr) return GM_ERR_INVALID_ARGUMENT;
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is acquired on another stream", h.id);
+    }
+    if (!x->acquired && !ctx->be->stream_valid(ctx, s)) {
+        pthread_mutex_unlock(&tm->mu);
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown stream %p", (void*)s);
+    }
+    x->acquired++; /* no eviction of x while room is made for it */
+    gm__lru_del(tm, x);
+    if (x->dev && x->prefetched) {
+        tm->st.prefetch_hits++;
+        x->prefetched = 0;
+    } else if (!x->dev && !x->managed) {
+        tm->st.prefetch_misses++;
+        r = gm__bring_in(ctx, tm, x, s);
+    }
+    if (r == GM_OK && x->ready_ev) { /* a prefetch may still be copying (waiting on a done event is free) */
+        r = ctx->be->stream_wait_event(ctx, s, x->ready_ev);
+    }
+    if (r == GM_OK && x->last != s) { /* its last user may still be at work */
+        r = gm__event_on(ctx, &tm->sync_ev, x->last);
+        if (r == GM_OK) r = ctx->be->stream_wait_event(ctx, s, tm->sync_ev);
+    }
+    if (r != GM_OK) {
+        x->acquired--;
+        if (x->dev) gm__lru_push(tm, x);
+        pthread_mutex_unlock(&tm->mu);
+        return r;
+    }
+    if (x->dev) gm__note_use(x, s);
+    x->stream = x->last = s;
+    *ptr = x->dev ? x->dev : x->managed;
+    tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s, int written) {
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (!x->acquired) {
+        pthread_mutex_unlock(&tm->mu);
+        return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: release of tensor %#x, which is not acquired", h.id);
+    }
+    if (x->stream != s) {
+        pthread_mutex_unlock(&tm->mu);
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
+    }
+    if (written && x->host_valid) { /* the host copy is stale: its space goes back */
+        gm__tier_count(tm, x, -1);
+        gm__host_free(tm, x); /* later copies into it queue after those from it */
+        gm__tier_count(tm, x, 1);
+    }
+    if (--x->acquired == 0 && x->dev) gm__lru_push(tm, x);
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream s) {
+    gm_result r = GM_OK;
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (!ctx->be->stream_valid(ctx, s)) {
+        pthread_mutex_unlock(&tm->mu);
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown stream %p", (void*)s);
+    }
+    if (!x->dev && !x->managed) {
+        x->acquired++; /* not a victim of the room it needs */
+        r = gm__bring_in(ctx, tm, x, s);
+        x->acquired--;
+        if (r == GM_OK && x->dev) {
+            x->prefetched = 1;
+            if (!x->acquired) gm__lru_push(tm, x);
+        }
+    }
+    pthread_mutex_unlock(&tm->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor h) {
+    gm_result r = GM_OK;
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (x->acquired) {
+        pthread_mutex_unlock(&tm->mu);
+        return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: evict of tensor %#x while acquired", h.id);
+    }
+    if (x->dev) r = gm__evict_one(ctx, tm, x);
+    pthread_mutex_unlock(&tm->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor h, int priority, int pinned) {
+    GM__TIER_ENTER(ctx, tm, x, h)
+    x->priority = priority;
+    x->pinned = pinned != 0;
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor h, gm_tier* tier) {
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (tier) *tier = x->dev ? GM_TIER_DEVICE : x->managed ? GM_TIER_MANAGED : x->host_valid ? GM_TIER_HOST : GM_TIER_NONE;
+    pthread_mutex_unlock(&tm->mu);
+    return tier ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+}
+
+GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
+    gm__tier* tm;
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    tm = (gm__tier*)ctx->tier;
+    if (!tm) return GM_OK;
+    pthread_mutex_lock(&tm->mu);
+    *out = tm->st;
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+/* The tier's invariants, for gm_check (called without ctx->mu held). */
+static int gm__tier_check(gm_context* ctx) {
+    gm__tier* tm = (gm__tier*)ctx->tier;
+    gm__tensor* x;
+    uint32_t i;
+    int bad = 0;
+    int64_t dev = 0, host = 0, man = 0, live = 0;
+    size_t onlru = 0, want_lru = 0;
+    if (!tm) return 0;
+    pthread_mutex_lock(&tm->mu);
+    for (i = tm->lru; i && onlru <= tm->n; i = x->next) {
+        x = GM__LRU(tm, i);
+        onlru++;
+        if (!x->live || !x->dev || x->acquired || (x->next && GM__LRU(tm, x->next)->prev != i)) bad++;
+    }
+    for (i = 0; i < tm->n; i++) {
+        x = &tm->t[i];
+        if (!x->live) continue;
+        live++;
+        if (!x->dev && !x->managed && !x->host_valid) {
+            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u is in no tier", i);
+            bad++;
+        }
+        if (x->host_valid && !x->host) bad++;
+        if (x->acquired && !x->dev && !x->managed) bad++;
+        if (x->dev && !x->acquired) want_lru++;
+        if (x->dev) dev += (int64_t)x->bytes;
+        else if (x->managed) man += (int64_t)x->bytes;
+        if (x->host_valid) host += (int64_t)x->bytes;
+    }
+    if (onlru != want_lru || live != tm->st.tensors || dev != tm->st.device_bytes || host != tm->st.host_bytes ||
+        man != tm->st.managed_bytes) {
+        gm__log(ctx, GM_LOG_ERROR, "check: tier lists or byte counts differ from a walk of the tensors");
+        bad++;
+    }
+    {
+        int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0;
+        bad += gm__arena_check(ctx, &tm->host, &un, &ub, &pn, &pb, &rb);
+    }
+    pthread_mutex_unlock(&tm->mu);
+    return bad;
+}
+
+/* Shutdown: waits for copies, frees what the tensors hold, the pool, the
+   copy stream. Called before the allocator lets its segments go. */
+static void gm__tier_shutdown(gm_context* ctx) {
+    gm__tier* tm = (gm__tier*)ctx->tier;
+    uint32_t i;
+    gm__seg* s;
+    if (!tm) return;
+    ctx->be->device_sync(ctx);
+    for (i = 0; i < tm->n; i++) {
+        gm__tensor* x = &tm->t[i];
+        if (x->live && x->dev) gm_free(ctx, x->dev);
+        if (x->live && x->managed) ctx->be->managed_free(ctx, x->managed, x->bytes);
+        if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
+        if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
+    }
+    for (s = tm->host.segs; s; s = s->next) ctx->be->host_free(ctx, (void*)s->base, s->size);
+    gm__arena_destroy(&tm->host);
+    if (tm->sync_ev) ctx->be->event_destroy(ctx, tm->sync_ev);
+    ctx->be->stream_destroy(ctx, tm->copy);
+    pthread_mutex_destroy(&tm->mu);
+    GPUMEM_FREE(tm->t);
+    GPUMEM_FREE(tm->freeidx);
+    GPUMEM_FREE(tm);
+    ctx->tier = NULL;
+    ctx->tier_evict = NULL;
 }
 
 #endif /* GPUMEM_IMPLEMENTATION_DONE */

@@ -1,0 +1,418 @@
+/* The tiered manager against a model: tensors far larger in total than the
+   device budget, random create / acquire / write / verify / release (dirty
+   or clean) / prefetch / evict / destroy on two streams, with every byte of
+   every tensor checked by stream work ("kernels") on every acquire and
+   gm_check after every step; faults in the middle of evictions and
+   bring-ins; misuse; the host tier full; the allocator evicting for plain
+   gm_alloc; managed fallback; priorities and pinning; prefetch. Sim only:
+   the kernels read and write device memory from the host. */
+#include "gm_test.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+/* Under a sanitizer every byte the kernels touch is instrumented: a smaller
+   walk of smaller tensors keeps the run in seconds. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define WALK_STEPS 1500
+#define BIG_MAX (256 * KiB)
+#else
+#define WALK_STEPS 4000
+#define BIG_MAX (2 * MiB)
+#endif
+
+/* A kernel: fill or check bytes derived from a seed. */
+typedef struct job {
+    unsigned char* p;
+    size_t n;
+    unsigned seed;
+    int write;
+} job;
+static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
+static long byte_errors;
+
+static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed * 2654435761u + (unsigned)i * 40503u) >> 13); }
+
+static void kernel(void* arg) {
+    job* j = (job*)arg;
+    size_t i, bad = 0, step = j->n > 4096 ? 61 : 1; /* every byte of small ones; a sieve of big ones */
+    if (j->write) {
+        for (i = 0; i < j->n; i++) j->p[i] = pat(j->seed, i);
+    } else {
+        for (i = 0; i < j->n; i += step) bad += j->p[i] != pat(j->seed, i);
+        if (j->n) bad += j->p[j->n - 1] != pat(j->seed, j->n - 1);
+    }
+    if (bad) {
+        pthread_mutex_lock(&err_mu);
+        byte_errors += (long)bad;
+        pthread_mutex_unlock(&err_mu);
+    }
+    free(j);
+}
+
+static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned seed, int write) {
+    job* j = (job*)malloc(sizeof *j);
+    j->p = (unsigned char*)p;
+    j->n = n;
+    j->seed = seed;
+    j->write = write;
+    return gm_launch_host(ctx, s, kernel, j);
+}
+
+static long errors_now(gm_context* ctx) {
+    long e;
+    gm_device_synchronize(ctx);
+    pthread_mutex_lock(&err_mu);
+    e = byte_errors;
+    pthread_mutex_unlock(&err_mu);
+    return e;
+}
+
+static gm_tier where(gm_context* ctx, gm_tensor t) {
+    gm_tier w = GM_TIER_NONE;
+    gm_tensor_where(ctx, t, &w);
+    return w;
+}
+
+/* Write a tensor through acquire, release dirty. */
+static void fill(gm_context* ctx, gm_tensor t, size_t n, unsigned seed, gm_stream s) {
+    void* p;
+    T_OK(gm_tensor_acquire(ctx, t, s, &p));
+    T_OK(run(ctx, s, p, n, seed, 1));
+    T_OK(gm_tensor_release(ctx, t, s, 1));
+}
+
+static void verify(gm_context* ctx, gm_tensor t, size_t n, unsigned seed, gm_stream s) {
+    void* p;
+    T_OK(gm_tensor_acquire(ctx, t, s, &p));
+    T_OK(run(ctx, s, p, n, seed, 0));
+    T_OK(gm_tensor_release(ctx, t, s, 0));
+}
+
+static gm_context* tier_ctx(size_t dev, size_t host, gm_fallback fb) {
+    gm_desc d = t_desc();
+    d.device_budget = dev;
+    d.host_budget = host;
+    d.fallback = fb;
+    return t_setup(d);
+}
+
+static void test_roundtrip(void) {
+    gm_context* ctx = tier_ctx(64 * MiB, 256 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor a;
+    gm_tier_stats ts;
+    T_OK(gm_tensor_create(ctx, &a, 3 * MiB + 7));
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    fill(ctx, a, 3 * MiB + 7, 11, NULL);
+    T_OK(gm_tensor_evict(ctx, a));
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    verify(ctx, a, 3 * MiB + 7, 11, NULL);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_OK(gm_tensor_evict(ctx, a)); /* clean: the host copy is still good, no copy */
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.evictions, 2);
+    T_EQ(ts.clean_evictions, 1);
+    T_EQ(ts.bytes_to_host, 3 * MiB + 7);
+    T_EQ(ts.bytes_to_device, 3 * MiB + 7);
+    T_EQ(ts.host_bytes, 3 * MiB + 7);
+    T_EQ(ts.device_bytes, 0);
+    verify(ctx, a, 3 * MiB + 7, 11, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.tensors, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_misuse(void) {
+    gm_context* ctx = tier_ctx(16 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor a, b, none = {0}, bogus = {0x7fffffff};
+    gm_stream s;
+    void* p;
+    gm_tier w;
+    T_EQ(gm_tensor_acquire(ctx, a = none, NULL, &p), GM_ERR_STALE_HANDLE); /* no tier yet */
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_tensor_create(ctx, &a, 4096));
+    T_EQ(gm_tensor_release(ctx, a, NULL, 0), GM_ERR_BAD_STATE);     /* release without acquire */
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p));
+    T_EQ(gm_tensor_acquire(ctx, a, s, &p), GM_ERR_INVALID_STREAM);  /* acquired on another stream */
+    T_EQ(gm_tensor_release(ctx, a, s, 0), GM_ERR_INVALID_STREAM);   /* released on another stream */
+    T_EQ(gm_tensor_destroy(ctx, a), GM_ERR_BAD_STATE);              /* destroy while acquired */
+    T_EQ(gm_tensor_evict(ctx, a), GM_ERR_BAD_STATE);                /* evict while acquired */
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p));                      /* nested on one stream */
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_EQ(gm_tensor_acquire(ctx, a, NULL, &p), GM_ERR_STALE_HANDLE); /* destroyed */
+    T_EQ(gm_tensor_destroy(ctx, a), GM_ERR_STALE_HANDLE);
+    T_OK(gm_tensor_create(ctx, &b, 4096)); /* same slot, new generation */
+    T_CHECK((b.id & 0xfffff) == (a.id & 0xfffff) && b.id != a.id);
+    T_EQ(gm_tensor_where(ctx, a, &w), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_where(ctx, bogus, &w), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_where(ctx, none, &w), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_acquire(ctx, b, (gm_stream)(void*)&w, &p), GM_ERR_INVALID_STREAM);
+    T_EQ(gm_tensor_acquire(ctx, b, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tensor_create(NULL, &b, 1), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, b));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Faults in the middle of an eviction or a bring-in: an error, and the
+   tensor keeps its last good copy. */
+static void test_faults(void) {
+    gm_context* ctx = tier_ctx(64 * MiB, 256 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor a;
+    void* p;
+    T_OK(gm_tensor_create(ctx, &a, 2 * MiB));
+    fill(ctx, a, 2 * MiB, 5, NULL);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_HOST_ALLOC, 1)); /* no host room */
+    T_EQ(gm_tensor_evict(ctx, a), GM_ERR_HOST_OUT_OF_MEMORY);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 1)); /* the copy out fails */
+    T_EQ(gm_tensor_evict(ctx, a), GM_ERR_COPY_FAILED);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    verify(ctx, a, 2 * MiB, 5, NULL);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_evict(ctx, a));
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 1)); /* the copy in fails */
+    T_EQ(gm_tensor_acquire(ctx, a, NULL, &p), GM_ERR_COPY_FAILED);
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DEVICE_ALLOC, 1)); /* no device room, once: retried */
+    verify(ctx, a, 2 * MiB, 5, NULL);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* No disk tier: when device and host are both full, an honest OOM, and
+   every earlier tensor intact. Plain gm_alloc makes room by eviction. */
+static void test_full_and_alloc_evicts(void) {
+    gm_context* ctx = tier_ctx(8 * MiB, 8 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor t[64];
+    int n = 0, i;
+    gm_result r = GM_OK;
+    void* big;
+    gm_tier_stats ts;
+    while (n < 64 && (r = gm_tensor_create(ctx, &t[n], MiB)) == GM_OK) {
+        fill(ctx, t[n], MiB, (unsigned)n + 100, NULL);
+        n++;
+    }
+    T_EQ(r, GM_ERR_OUT_OF_MEMORY);
+    T_CHECK(n >= 14 && n <= 16); /* 8 MiB on the device and 8 MiB on the host */
+    {   /* with both tiers full a host tensor cannot come in: its victim
+           would have nowhere to go. An error, and nothing lost. */
+        void* p;
+        for (i = 0; i < n && where(ctx, t[i]) != GM_TIER_HOST; i++) {}
+        T_CHECK(i < n);
+        T_EQ(gm_tensor_acquire(ctx, t[i], NULL, &p), GM_ERR_OUT_OF_MEMORY);
+        T_EQ(where(ctx, t[i]), GM_TIER_HOST);
+        T_EQ(gm_check(ctx), 0);
+    }
+    /* a little slack, and every tensor can be read again, swapping */
+    T_OK(gm_tensor_destroy(ctx, t[--n]));
+    T_OK(gm_tensor_destroy(ctx, t[--n]));
+    for (i = 0; i < n; i++) verify(ctx, t[i], MiB, (unsigned)i + 100, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = n / 2; i < n; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    n /= 2;
+    /* a plain allocation: the OOM ladder asks the manager to evict */
+    T_OK(gm_alloc(ctx, &big, 6 * MiB, NULL));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.evictions >= 1);
+    T_OK(gm_free(ctx, big));
+    for (i = 0; i < n; i++) verify(ctx, t[i], MiB, (unsigned)i + 100, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < n; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_managed_fallback(void) {
+    gm_context* ctx = tier_ctx(4 * MiB, 4 * MiB, GM_FALLBACK_MANAGED);
+    gm_tensor t[6];
+    gm_tier_stats ts;
+    int i;
+    for (i = 0; i < 6; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], 2 * MiB));
+        fill(ctx, t[i], 2 * MiB, (unsigned)i, NULL);
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.managed_fallbacks >= 1);
+    T_CHECK(ts.managed_bytes >= (int64_t)(2 * MiB));
+    for (i = 0; i < 6; i++) verify(ctx, t[i], 2 * MiB, (unsigned)i, NULL);
+    {
+        int managed = 0;
+        for (i = 0; i < 6; i++) managed += where(ctx, t[i]) == GM_TIER_MANAGED;
+        T_CHECK(managed >= 1);
+    }
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_priority_and_pinning(void) {
+    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor pin, low, hi, extra;
+    T_OK(gm_tensor_create(ctx, &pin, 2 * MiB));
+    T_OK(gm_tensor_create(ctx, &hi, 2 * MiB));
+    T_OK(gm_tensor_create(ctx, &low, 2 * MiB));
+    T_OK(gm_tensor_set_priority(ctx, pin, 0, 1));
+    T_OK(gm_tensor_set_priority(ctx, hi, 5, 0));
+    T_OK(gm_tensor_set_priority(ctx, low, -5, 0));
+    T_OK(gm_tensor_create(ctx, &extra, 4 * MiB)); /* needs one 2 MiB tensor to go */
+    T_EQ(where(ctx, pin), GM_TIER_DEVICE);
+    T_EQ(where(ctx, hi), GM_TIER_DEVICE);
+    T_EQ(where(ctx, low), GM_TIER_HOST); /* lowest priority first, although released last */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, extra));
+    T_OK(gm_tensor_destroy(ctx, low));
+    T_OK(gm_tensor_destroy(ctx, hi));
+    T_OK(gm_tensor_destroy(ctx, pin));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A prefetch overlaps: with a slow link the copy is in flight when the
+   acquire comes, and the stream waits for it, not the host. */
+static void test_prefetch(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor a;
+    gm_stream s;
+    gm_tier_stats ts;
+    void* p;
+    double t0, took;
+    d.device_budget = 64 * MiB;
+    d.host_budget = 64 * MiB;
+    d.sim.link_bytes_per_s = 64.0 * 1024 * 1024; /* 8 MiB: 125 ms each way */
+    ctx = t_setup(d);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_tensor_create(ctx, &a, 8 * MiB));
+    fill(ctx, a, 8 * MiB, 77, s);
+    T_OK(gm_tensor_evict(ctx, a));
+    T_OK(gm_device_synchronize(ctx));
+    t0 = t_now();
+    T_OK(gm_tensor_prefetch(ctx, a, s));
+    T_OK(gm_tensor_acquire(ctx, a, s, &p));
+    took = t_now() - t0;
+    T_CHECK(took < 0.05); /* neither call waited for the copy */
+    T_OK(run(ctx, s, p, 8 * MiB, 77, 0)); /* runs after the copy, on the stream */
+    T_OK(gm_tensor_release(ctx, a, s, 0));
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.prefetch_hits, 1);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* The differential test. */
+#define NT 1200
+typedef struct model {
+    gm_tensor h;
+    size_t n;
+    unsigned seed; /* 0: never written */
+    int live;
+} model;
+static model m[NT];
+
+static void test_random(long steps) {
+    gm_context* ctx = tier_ctx(24 * MiB, 1024 * MiB, GM_FALLBACK_DEFAULT);
+    gm_stream st[2];
+    long step;
+    int bad_checks = 0, errors = 0, ooms = 0;
+    gm_tier_stats ts;
+    st[0] = NULL;
+    T_OK(gm_stream_create(ctx, &st[1]));
+    memset(m, 0, sizeof m);
+    for (step = 0; step < steps; step++) {
+        unsigned long long r = t_rand();
+        model* x = &m[r % NT];
+        gm_stream s = st[(r >> 12) & 1];
+        unsigned op = (unsigned)((r >> 16) % 100);
+        gm_result res = GM_OK;
+        if (!x->live) {
+            x->n = (r >> 24) % 3 == 0 ? (size_t)((r >> 32) % BIG_MAX) + 1 : (size_t)((r >> 32) % (64 * KiB)) + 1;
+            res = gm_tensor_create(ctx, &x->h, x->n);
+            if (res == GM_OK) {
+                x->live = 1;
+                x->seed = 0;
+            }
+        } else if (op < 35) { /* write */
+            void* p;
+            unsigned seed = (unsigned)(r >> 40) | 1;
+            res = gm_tensor_acquire(ctx, x->h, s, &p);
+            if (res == GM_OK) {
+                res = run(ctx, s, p, x->n, seed, 1);
+                if (res == GM_OK) x->seed = seed;
+                res = gm_tensor_release(ctx, x->h, s, 1);
+            }
+        } else if (op < 70) { /* read and check */
+            void* p;
+            res = gm_tensor_acquire(ctx, x->h, s, &p);
+            if (res == GM_OK) {
+                if (x->seed) res = run(ctx, s, p, x->n, x->seed, 0);
+                if (res == GM_OK) res = gm_tensor_release(ctx, x->h, s, 0);
+            }
+        } else if (op < 80) {
+            res = gm_tensor_prefetch(ctx, x->h, s);
+        } else if (op < 92) {
+            res = gm_tensor_evict(ctx, x->h);
+        } else {
+            res = gm_tensor_destroy(ctx, x->h);
+            if (res == GM_OK) x->live = 0;
+        }
+        if (res == GM_ERR_OUT_OF_MEMORY) {
+            ooms++;
+            res = GM_OK;
+        }
+        if (res != GM_OK && errors++ < 5) printf("step %ld: op %u: %s\n", step, op, gm_result_string(res));
+        if (gm_check(ctx) != 0 && bad_checks++ < 3) printf("step %ld: gm_check failed\n", step);
+    }
+    T_EQ(errors, 0);
+    T_EQ(bad_checks, 0);
+    {
+        int i;
+        for (i = 0; i < NT; i++) /* a last read of everything */
+            if (m[i].live && m[i].seed) verify(ctx, m[i].h, m[i].n, m[i].seed, st[i & 1]);
+    }
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    printf("tier walk: %ld steps, %lld tensors live, %.1f MiB on the device, %.1f MiB on the host, %lld evictions "
+           "(%lld clean), %.1f MiB out, %.1f MiB in, prefetch %lld hits / %lld misses, %d out of memory\n",
+           steps, (long long)ts.tensors, (double)ts.device_bytes / (double)MiB, (double)ts.host_bytes / (double)MiB,
+           (long long)ts.evictions, (long long)ts.clean_evictions, (double)ts.bytes_to_host / (double)MiB,
+           (double)ts.bytes_to_device / (double)MiB, (long long)ts.prefetch_hits, (long long)ts.prefetch_misses, ooms);
+    T_CHECK(ts.evictions > 100 && ts.bytes_to_device > 0 && ts.clean_evictions > 0);
+    T_CHECK(ts.host_bytes > ts.device_bytes); /* most tensors live on the host */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, st[1]));
+    T_OK(gm_shutdown(ctx));
+}
+
+int main(int argc, char** argv) {
+    if (!t_sim) {
+        printf("skipped: the tier tests read device memory from the host (sim only)\n");
+        return 77;
+    }
+    test_roundtrip();
+    test_misuse();
+    test_faults();
+    test_full_and_alloc_evicts();
+    test_managed_fallback();
+    test_priority_and_pinning();
+    test_prefetch();
+    test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
+    return t_done();
+}
