@@ -265,10 +265,24 @@ typedef enum gm_fallback {
     GM_FALLBACK_MANAGED      /* unified memory, advised and prefetched to the device */
 } gm_fallback;
 
+/* Which released tensor leaves the device when room is needed. */
+typedef enum gm_evict_policy {
+    GM_EVICT_DEFAULT = 0, /* = GM_EVICT_LRU */
+    GM_EVICT_LRU,         /* least recently released first */
+    GM_EVICT_LEARNED,     /* the one whose next use is farthest, by the
+                             order of acquires of the last step; prefetch
+                             ahead of use */
+    GM_EVICT_CUSTOM       /* a gm_victim_fn chooses */
+} gm_evict_policy;
+
 typedef void (*gm_log_fn)(gm_log_level level, const char* message, void* user);
 /* Called without the context lock held, so it may call gm_free. */
 typedef gm_oom_action (*gm_oom_fn)(gm_context* ctx, size_t size, gm_stream stream, void* user);
 typedef void (*gm_host_fn)(void* user);
+/* Chooses a victim among n candidates (least recently released first);
+   returns its index, or n to evict nothing. Called with the manager's lock
+   held: it must not call gm_tensor_* functions. */
+typedef size_t (*gm_victim_fn)(gm_context* ctx, const gm_tensor* candidates, size_t n, void* user);
 
 typedef struct gm_sim_desc {
     size_t capacity;            /* device memory, default 16 GiB */
@@ -447,6 +461,15 @@ GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor t);
 GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor t, int priority, int pinned);
 GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor t, gm_tier* tier);
 GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out);
+/* The eviction policy. With GM_EVICT_LEARNED, call gm_tier_step at the end
+   of each training step: the order of that step's acquires becomes the
+   plan for the next, the victim is the tensor used farthest ahead, and
+   after each acquire the next `prefetch_ahead` tensors of the plan are
+   brought in early (never evicting one needed sooner). fn and user serve
+   GM_EVICT_CUSTOM. */
+GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
+                                        void* user);
+GPUMEM_API gm_result gm_tier_step(gm_context* ctx);
 
 /* Sim only (GM_ERR_UNSUPPORTED elsewhere): make the nth next operation of
    that kind fail (n = 1: the next one); n = 0 disarms. */
@@ -3479,6 +3502,21 @@ typedef struct gm__tier {
     gm__arena host;         /* the pinned pool: segments from host_alloc */
     size_t host_reserved;
     gm_tier_stats st;
+    /* policy */
+    gm_evict_policy policy;
+    int ahead;
+    gm_victim_fn vfn;
+    void* vuser;
+    gm_tensor* cand;        /* scratch for vfn */
+    uint32_t ncandcap;
+    /* learned order: this step's acquires (rec), and the last step's as a
+       plan: plan[q] is the tensor of the q-th acquire; use_at/use_first
+       list each tensor's positions in ascending order (CSR) */
+    uint32_t *rec, nrec, caprec;
+    uint32_t *plan, nplan;
+    uint32_t *use_first, *use_at, nuse_first;
+    uint32_t pos;           /* acquires so far in this step */
+    uint64_t evict_after;   /* while prefetching: only victims used later */
 } gm__tier;
 
 #define GM__HOST_CHUNK (64 * GM__MIB)
@@ -3624,6 +3662,58 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return GM_OK;
 }
 
+/* Acquires from now until tensor i is used again by the plan: a position
+   later in this step, or in the next; far away when the plan never uses it. */
+#define GM__NEVER ((uint64_t)1 << 62)
+static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
+    uint32_t lo, hi;
+    if (!tm->nplan || i >= tm->nuse_first || tm->use_first[i] == tm->use_first[i + 1]) return GM__NEVER;
+    lo = tm->use_first[i];
+    hi = tm->use_first[i + 1];
+    while (lo < hi) { /* first use after pos */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (tm->use_at[mid] <= tm->pos) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < tm->use_first[i + 1]) return tm->use_at[lo] - tm->pos;
+    return (uint64_t)(tm->nplan > tm->pos ? tm->nplan - tm->pos : 0) + tm->use_at[tm->use_first[i]] + 1;
+}
+
+/* The policy's choice among released tensors on the device, or NULL.
+   clean_only: only those whose host copy is still valid. */
+static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
+    gm__tensor *x, *best = NULL;
+    uint64_t best_next = 0;
+    uint32_t k, n = 0;
+    for (k = tm->lru; k; k = x->next) {
+        uint64_t nu;
+        x = GM__LRU(tm, k);
+        if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid)) continue;
+        if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
+            if (n == tm->ncandcap) {
+                uint32_t cap = tm->ncandcap ? tm->ncandcap * 2 : 64;
+                gm_tensor* c = (gm_tensor*)gm__grow_array(tm->cand, tm->ncandcap * sizeof *c, cap * sizeof *c);
+                if (!c) break;
+                tm->cand = c;
+                tm->ncandcap = cap;
+            }
+            tm->cand[n++].id = ((x->gen & 0xfffu) << 20) | (k);
+            continue;
+        }
+        nu = tm->policy == GM_EVICT_LEARNED ? gm__next_use(tm, k - 1) : 0;
+        if (tm->evict_after && nu <= tm->evict_after) continue; /* needed before what we make room for */
+        if (!best || x->priority < best->priority || (x->priority == best->priority && nu > best_next)) {
+            best = x;
+            best_next = nu;
+        }
+    }
+    if (tm->policy == GM_EVICT_CUSTOM && tm->vfn && n) {
+        size_t c = tm->vfn(ctx, tm->cand, n, tm->vuser);
+        best = c < n ? &tm->t[(tm->cand[c].id & 0xfffffu) - 1] : NULL;
+    }
+    return best;
+}
+
 /* The allocator's OOM ladder asks for room: one released tensor goes to the
    host, lowest priority first, least recently released first; the ladder
    retries and asks again while this makes progress, so no more is evicted
@@ -3637,15 +3727,8 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
         for (clean_only = 0; clean_only < 2 && !freed; clean_only++) {
             /* first the policy's choice; if it cannot go (the host tier is
                full), the best victim that needs no host room */
-            gm__tensor *x, *best = NULL;
-            uint32_t k;
+            gm__tensor* best = gm__victim(ctx, tm, clean_only);
             gm_result r;
-            for (k = tm->lru; k; k = x->next) {
-                x = GM__LRU(tm, k);
-                if (!x->pinned && x->dev && !x->acquired && (!clean_only || x->host_valid) &&
-                    (!best || x->priority < best->priority))
-                    best = x;
-            }
             if (!best) break;
             r = gm__evict_one(ctx, tm, best);
             if (r == GM_OK) freed = best->bytes;
@@ -3745,6 +3828,85 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         pthread_mutex_unlock(&tm->mu);                                                      \
         return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: tensor %#x is not live", (h).id);  \
     }
+
+/* Learned order, after an acquire: note it, then bring in the next tensors
+   of the plan, evicting only tensors used later than each of them. */
+static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
+    uint32_t q;
+    if (tm->nrec == tm->caprec) {
+        uint32_t cap = tm->caprec ? tm->caprec * 2 : 1024;
+        uint32_t* r = (uint32_t*)gm__grow_array(tm->rec, tm->caprec * sizeof *r, cap * sizeof *r);
+        if (!r) return;
+        tm->rec = r;
+        tm->caprec = cap;
+    }
+    tm->rec[tm->nrec++] = (uint32_t)(x - tm->t);
+    tm->pos++;
+    for (q = 1; tm->nplan && q <= (uint32_t)tm->ahead; q++) {
+        uint32_t at = (tm->pos + q - 1) % tm->nplan;
+        gm__tensor* y = &tm->t[tm->plan[at]];
+        gm_result r;
+        if (!y->live || y->dev || y->managed || y->acquired) continue;
+        tm->evict_after = q;
+        y->acquired++; /* not a victim of its own room */
+        r = gm__bring_in(ctx, tm, y, s);
+        y->acquired--;
+        tm->evict_after = 0;
+        if (r != GM_OK) break; /* no room without evicting sooner needs */
+        y->prefetched = 1;
+        gm__lru_push(tm, y);
+    }
+}
+
+GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
+                                        void* user) {
+    gm__tier* tm;
+    if (!ctx || (int)policy < 0 || policy > GM_EVICT_CUSTOM || prefetch_ahead < 0 || (policy == GM_EVICT_CUSTOM && !fn))
+        return GM_ERR_INVALID_ARGUMENT;
+    tm = gm__tier_open(ctx);
+    if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_mutex_lock(&tm->mu);
+    tm->policy = policy == GM_EVICT_DEFAULT ? GM_EVICT_LRU : policy;
+    tm->ahead = prefetch_ahead;
+    tm->vfn = fn;
+    tm->vuser = user;
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
+
+/* The step's acquires become the plan (positions per tensor, CSR). */
+GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
+    gm__tier* tm;
+    uint32_t i, *first, *at;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    tm = gm__tier_open(ctx);
+    if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_mutex_lock(&tm->mu);
+    first = (uint32_t*)gm__calloc(((size_t)tm->n + 2) * sizeof *first);
+    at = (uint32_t*)GPUMEM_MALLOC(((size_t)tm->nrec + 1) * sizeof *at);
+    if (!first || !at) {
+        GPUMEM_FREE(first);
+        GPUMEM_FREE(at);
+        pthread_mutex_unlock(&tm->mu);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < tm->nrec; i++) first[tm->rec[i] + 2]++;
+    for (i = 2; i < tm->n + 2; i++) first[i] += first[i - 1];
+    for (i = 0; i < tm->nrec; i++) at[first[tm->rec[i] + 1]++] = i; /* ascending, as recorded */
+    GPUMEM_FREE(tm->use_first);
+    GPUMEM_FREE(tm->use_at);
+    GPUMEM_FREE(tm->plan);
+    tm->use_first = first;
+    tm->use_at = at;
+    tm->nuse_first = tm->n;
+    tm->plan = tm->rec;
+    tm->nplan = tm->nrec;
+    tm->rec = NULL;
+    tm->nrec = tm->caprec = 0;
+    tm->pos = 0;
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
+}
 
 GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes) {
     gm__tier* tm;
@@ -3872,6 +4034,7 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
     if (x->dev) gm__note_use(x, s);
     x->stream = x->last = s;
     *ptr = x->dev ? x->dev : x->managed;
+    if (tm->policy == GM_EVICT_LEARNED) gm__learned_step(ctx, tm, x, s);
     tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
@@ -4021,6 +4184,11 @@ static void gm__tier_shutdown(gm_context* ctx) {
     pthread_mutex_destroy(&tm->mu);
     GPUMEM_FREE(tm->t);
     GPUMEM_FREE(tm->freeidx);
+    GPUMEM_FREE(tm->cand);
+    GPUMEM_FREE(tm->rec);
+    GPUMEM_FREE(tm->plan);
+    GPUMEM_FREE(tm->use_first);
+    GPUMEM_FREE(tm->use_at);
     GPUMEM_FREE(tm);
     ctx->tier = NULL;
     ctx->tier_evict = NULL;
