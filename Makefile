@@ -66,6 +66,7 @@ compile-check:
 	if command -v clang >/dev/null; then clang $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-clang.o && clang $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-clang-cuda.o; fi
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
 	gcc $(WARN) -I. examples/basic.c -o $(B)/basic $(LDLIBS) && $(B)/basic >/dev/null
+	gcc $(WARN) -I. bench/spill.c -o $(B)/bench-spill-check $(LDLIBS)
 
 $(B)/bench-alloc: bench/alloc.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
@@ -81,9 +82,14 @@ $(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
 
-bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay
+$(B)/bench-spill: bench/spill.c bench/bench.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
 	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
 	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
+	$(B)/bench-spill $(B)/bench-spill.csv
 
 demo: $(B)/demo
 	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi

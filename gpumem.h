@@ -474,6 +474,9 @@ GPUMEM_API gm_result gm_tier_step(gm_context* ctx);
 /* Sim only (GM_ERR_UNSUPPORTED elsewhere): make the nth next operation of
    that kind fail (n = 1: the next one); n = 0 disarms. */
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth);
+/* Sim only: bytes carried and time busy of the host-to-device (dir 0) and
+   device-to-host (dir 1) links since setup, for achieved-rate figures. */
+GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes, uint64_t* busy_ns);
 
 #ifdef __cplusplus
 }
@@ -1070,6 +1073,7 @@ typedef struct gm__sim {
     size_t capacity, used, managed, pinned;
     uint64_t nallocs, ncopies, nhost, fail_alloc_at, fail_copy_at, fail_host_at;
     uint64_t link_free_at[GM__LINKS];
+    uint64_t link_bytes[GM__LINKS], link_busy_ns[GM__LINKS];
     double rate[GM__LINKS];
     gm__sim_stream* streams;
     gm__sim_stream* def;
@@ -1089,18 +1093,25 @@ static void* gm__sim_worker(void* arg) {
         op = s->head;
         pthread_mutex_unlock(&s->mu);
         if (op->kind == GM__SIM_COPY) {
-            uint64_t end = 0;
+            uint64_t end = 0, start = gm__now_ns(), done;
             if (op->link != GM__LINK_NONE && sim->rate[op->link] > 0) {
-                uint64_t now = gm__now_ns(), start;
-                pthread_mutex_lock(&sim->mu);
-                start = sim->link_free_at[op->link] > now ? sim->link_free_at[op->link] : now;
                 double ns = (double)op->n / sim->rate[op->link] * 1e9;
+                pthread_mutex_lock(&sim->mu);
+                if (sim->link_free_at[op->link] > start) start = sim->link_free_at[op->link];
                 end = start + (ns < 1e15 ? (uint64_t)ns : (uint64_t)1e15);
                 sim->link_free_at[op->link] = end;
                 pthread_mutex_unlock(&sim->mu);
             }
-            memmove(op->dst, op->src, op->n);
+            if (op->dst != op->src) memmove(op->dst, op->src, op->n); /* same: a migration, timed only */
             if (end) gm__sleep_until_ns(end);
+            done = gm__now_ns();
+            if (op->link != GM__LINK_NONE) {
+                pthread_mutex_lock(&sim->mu);
+                sim->link_bytes[op->link] += op->n;
+                sim->link_busy_ns[op->link] += done > start ? done - start : 0;
+                if (done > sim->link_free_at[op->link]) sim->link_free_at[op->link] = done;
+                pthread_mutex_unlock(&sim->mu);
+            }
         } else if (op->kind == GM__SIM_HOST) {
             op->fn(op->user);
         } else {
@@ -1359,9 +1370,17 @@ static gm_result gm__sim_host_unregister(gm_context* c, void* p) {
     (void)c; (void)p;
     return GM_OK;
 }
+/* Managed memory is host memory on sim: a prefetch moves no bytes but
+   holds the link for as long as the migration would take. */
 static gm_result gm__sim_managed_prefetch(gm_context* c, void* p, size_t n, int to_dev, gm_stream s) {
-    (void)p; (void)n; (void)to_dev;
-    return gm__sim_stream_valid(c, s) ? GM_OK : GM_ERR_INVALID_STREAM;
+    gm__sim_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = GM__SIM_COPY;
+    op.dst = p;
+    op.src = p;
+    op.n = n;
+    op.link = to_dev ? GM__LINK_H2D : GM__LINK_D2H;
+    return gm__sim_enqueue(c, s, &op);
 }
 
 static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind kind,
@@ -3432,6 +3451,18 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size) {
     return ctx->be->dev_free(ctx, ptr, size);
 }
 
+GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes, uint64_t* busy_ns) {
+    gm__sim* sim;
+    if (!ctx || !bytes || !busy_ns || dir < 0 || dir > 1) return GM_ERR_INVALID_ARGUMENT;
+    if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
+    sim = GM__SIM(ctx);
+    pthread_mutex_lock(&sim->mu);
+    *bytes = sim->link_bytes[dir];
+    *busy_ns = sim->link_busy_ns[dir];
+    pthread_mutex_unlock(&sim->mu);
+    return GM_OK;
+}
+
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth) {
     gm__sim* sim;
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
@@ -4011,7 +4042,10 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
     }
     x->acquired++; /* no eviction of x while room is made for it */
     gm__lru_del(tm, x);
-    if (x->dev && x->prefetched) {
+    if (x->managed) { /* unified memory: ask for it on the device, ordered on s */
+        tm->st.bytes_to_device += (int64_t)x->bytes;
+        (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
+    } else if (x->dev && x->prefetched) {
         tm->st.prefetch_hits++;
         x->prefetched = 0;
     } else if (!x->dev && !x->managed) {
