@@ -279,6 +279,9 @@ typedef void (*gm_log_fn)(gm_log_level level, const char* message, void* user);
 /* Called without the context lock held, so it may call gm_free. */
 typedef gm_oom_action (*gm_oom_fn)(gm_context* ctx, size_t size, gm_stream stream, void* user);
 typedef void (*gm_host_fn)(void* user);
+/* Decides, when a tensor of `bytes` finds no device room and nothing more
+   can be evicted: GM_FALLBACK_FAIL or GM_FALLBACK_MANAGED. */
+typedef gm_fallback (*gm_fallback_fn)(gm_context* ctx, size_t bytes, void* user);
 /* Chooses a victim among n candidates (least recently released first);
    returns its index, or n to evict nothing. Called with the manager's lock
    held: it must not call gm_tensor_* functions. */
@@ -312,6 +315,8 @@ typedef struct gm_desc {
     const char* trace_path;        /* write every alloc and free here (CSV) */
     size_t host_budget;            /* pinned host tier, default 4 GiB */
     gm_fallback fallback;          /* when nothing more can be evicted */
+    gm_fallback_fn fallback_fn;    /* or this decides, case by case */
+    void* fallback_user;
     gm_sim_desc sim;
 } gm_desc;
 
@@ -3800,7 +3805,10 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         return GM_OK;
     }
     x->dev = NULL;
-    if (r != GM_ERR_OUT_OF_MEMORY || ctx->desc.fallback != GM_FALLBACK_MANAGED) return r;
+    if (r != GM_ERR_OUT_OF_MEMORY) return r;
+    if ((ctx->desc.fallback_fn ? ctx->desc.fallback_fn(ctx, x->bytes, ctx->desc.fallback_user) : ctx->desc.fallback) !=
+        GM_FALLBACK_MANAGED)
+        return r;
     r = ctx->be->managed_alloc(ctx, &x->managed, x->bytes);
     if (r != GM_OK) {
         x->managed = NULL;

@@ -272,8 +272,9 @@ static void on_log(gm_log_level level, const char* message, void* user) {
     log_count++;
 }
 
-/* The OOM hook, the ladder's last rung before failure. Later versions of
-   gpumem will evict to host memory here; this one has nothing to free. */
+/* The OOM hook, the ladder's last rung before failure. Plain gm_alloc
+   memory cannot move, so it has nothing to free; tensors of the tiered
+   manager can (bench/spill). */
 static int oom_calls;
 static size_t oom_size;
 
@@ -532,10 +533,11 @@ int main(void) {
     printf("  after freeing what was live:\n");
     report_check(ctx);
     close_ctx(ctx);
-    printf("\n  Later versions of gpumem will not fail here: a tiered manager will spill\n"
-           "  cold tensors to pinned host memory (then to NVMe) and bring them back\n"
-           "  before use, so the step runs slower instead of stopping. That manager is\n"
-           "  not yet built; today GM_ERR_OUT_OF_MEMORY is where this workload ends.\n");
+    printf("\n  Raw pointers from gm_alloc cannot move, so the allocator alone stops here.\n"
+           "  Held as tensors of the tiered manager (gm_tensor_create / acquire /\n"
+           "  release), the same workload spills cold tensors to pinned host memory and\n"
+           "  brings them back before use: it runs slower instead of stopping. make bench\n"
+           "  runs that sweep (bench/spill); this demo does not show it yet.\n");
 
     free(ptrs);
     free(t.ops);

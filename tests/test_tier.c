@@ -261,6 +261,40 @@ static void test_managed_fallback(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A hook decides case by case: small tensors may go to managed memory,
+   big ones fail. */
+static int hook_calls;
+static gm_fallback small_managed(gm_context* ctx, size_t bytes, void* user) {
+    (void)ctx;
+    (void)user;
+    hook_calls++;
+    return bytes <= MiB ? GM_FALLBACK_MANAGED : GM_FALLBACK_FAIL;
+}
+
+static void test_fallback_hook(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor a, b, c;
+    d.device_budget = 2 * MiB;
+    d.host_budget = 2 * MiB;
+    d.fallback_fn = small_managed;
+    ctx = t_setup(d);
+    T_OK(gm_tensor_create(ctx, &a, 2 * MiB)); /* the device */
+    T_OK(gm_tensor_create(ctx, &b, 2 * MiB)); /* a is evicted to the host, b takes its place */
+    T_OK(gm_tensor_create(ctx, &c, MiB));     /* no room anywhere: the hook says managed */
+    T_EQ(where(ctx, c), GM_TIER_MANAGED);
+    {
+        gm_tensor big;
+        T_EQ(gm_tensor_create(ctx, &big, 2 * MiB), GM_ERR_OUT_OF_MEMORY); /* the hook says fail */
+    }
+    T_CHECK(hook_calls >= 2);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_tensor_destroy(ctx, b));
+    T_OK(gm_tensor_destroy(ctx, c));
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_priority_and_pinning(void) {
     gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
     gm_tensor pin, low, hi, extra;
@@ -487,6 +521,7 @@ int main(int argc, char** argv) {
     test_full_and_alloc_evicts();
     test_managed_fallback();
     test_priority_and_pinning();
+    test_fallback_hook();
     test_prefetch();
     test_learned_order();
     test_custom_policy();
