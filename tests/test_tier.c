@@ -17,7 +17,7 @@
 #define WALK_STEPS 1500
 #define BIG_MAX (256 * KiB)
 #else
-#define WALK_STEPS 4000
+#define WALK_STEPS 6000
 #define BIG_MAX (2 * MiB)
 #endif
 
@@ -427,7 +427,7 @@ static void test_custom_policy(void) {
 }
 
 /* The differential test. */
-#define NT 1200
+#define NT 2500
 typedef struct model {
     gm_tensor h;
     size_t n;
@@ -437,7 +437,7 @@ typedef struct model {
 static model m[NT];
 
 static void test_random(long steps) {
-    gm_context* ctx = tier_ctx(24 * MiB, 1024 * MiB, GM_FALLBACK_DEFAULT);
+    gm_context* ctx = tier_ctx(24 * MiB, 2048 * MiB, GM_FALLBACK_DEFAULT);
     gm_stream st[2];
     long step;
     int bad_checks = 0, errors = 0, ooms = 0;
