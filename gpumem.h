@@ -2776,7 +2776,7 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
    dropped around the tier manager and the user hook). An expandable block
    comes back with its pages committed. */
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
-                             gm_result* err) {
+                             int quiet, gm_result* err) {
     gm__block* b;
     int rounds;
     *err = GM_ERR_OUT_OF_MEMORY;
@@ -2801,7 +2801,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
                 continue;
             }
         }
-        if (ctx->desc.oom_fn) {
+        if (ctx->desc.oom_fn && !quiet) {
             gm_oom_action act;
             ctx->stats.num_oom_hook_calls++;
             pthread_mutex_unlock(&ctx->mu);
@@ -2817,12 +2817,16 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
         }
         break;
     }
-    ctx->stats.num_ooms++;
-    gm__oom_message(ctx, size, rsize);
+    if (!quiet) {
+        ctx->stats.num_ooms++;
+        gm__oom_message(ctx, size, rsize);
+    }
     return NULL;
 }
 
-GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+/* quiet: a speculative request (a prefetch): no user hook, not counted or
+   logged as an out-of-memory when it cannot be served. */
+static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, int quiet) {
     size_t rsize;
     int pl, ps;
     uint32_t si;
@@ -2849,7 +2853,7 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
     if (ctx->pending) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
-    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, &r);
+    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, quiet, &r);
     if (!b) {
         pthread_mutex_unlock(&ctx->mu);
         return r;
@@ -2871,6 +2875,10 @@ GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_strea
     *out = (void*)b->addr;
     pthread_mutex_unlock(&ctx->mu);
     return GM_OK;
+}
+
+GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+    return gm__alloc(ctx, out, size, stream, 0);
 }
 
 /* Why a pointer is not in the map: freed already, or never ours. */
@@ -3620,12 +3628,27 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
     if (x->host_valid) tm->st.host_bytes += b;
 }
 
+/* Whether s can still have work queued: a stream destroyed through
+   gm_stream_destroy was synchronized then, so whatever it did is done. */
+static int gm__stream_alive(gm_context* ctx, gm_stream s) {
+    uint32_t i;
+    int alive = 1;
+    if (!s) return 1;
+    if (!ctx->be->stream_valid(ctx, s)) return 0;
+    pthread_mutex_lock(&ctx->mu);
+    for (i = 0; i < ctx->nss; i++)
+        if (ctx->ss[i].stream == s && ctx->ss[i].dead) alive = 0;
+    pthread_mutex_unlock(&ctx->mu);
+    return alive;
+}
+
 /* Gives up the device copy: frees it once every stream that used it is
    done (the allocator waits for those events). */
 static void gm__dev_drop(gm_context* ctx, gm__tensor* x) {
     int i;
     if (x->used_overflow) gm_device_synchronize(ctx);
-    for (i = 0; i < x->nused; i++) gm_record_stream(ctx, x->dev, x->used[i]);
+    for (i = 0; i < x->nused; i++)
+        if (gm__stream_alive(ctx, x->used[i])) gm_record_stream(ctx, x->dev, x->used[i]);
     gm_free(ctx, x->dev);
     x->dev = NULL;
     x->nused = x->used_overflow = 0;
@@ -3651,7 +3674,9 @@ static gm_result gm__event_on(gm_context* ctx, void** ev, gm_stream s) {
 
 /* The copy stream waits for the work queued on s so far. */
 static gm_result gm__copy_waits(gm_context* ctx, gm__tier* tm, gm_stream s) {
-    gm_result r = gm__event_on(ctx, &tm->sync_ev, s);
+    gm_result r;
+    if (!gm__stream_alive(ctx, s)) return GM_OK;
+    r = gm__event_on(ctx, &tm->sync_ev, s);
     return r == GM_OK ? ctx->be->stream_wait_event(ctx, tm->copy, tm->sync_ev) : r;
 }
 
@@ -3708,10 +3733,10 @@ static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
     hi = tm->use_first[i + 1];
     while (lo < hi) { /* first use after pos */
         uint32_t mid = lo + (hi - lo) / 2;
-        if (tm->use_at[mid] <= tm->pos) lo = mid + 1;
+        if (tm->use_at[mid] < tm->pos) lo = mid + 1; /* pos is the index of the next acquire */
         else hi = mid;
     }
-    if (lo < tm->use_first[i + 1]) return tm->use_at[lo] - tm->pos;
+    if (lo < tm->use_first[i + 1]) return (uint64_t)(tm->use_at[lo] - tm->pos) + 1;
     return (uint64_t)(tm->nplan > tm->pos ? tm->nplan - tm->pos : 0) + tm->use_at[tm->use_first[i]] + 1;
 }
 
@@ -3775,8 +3800,16 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     return freed;
 }
 
+static gm__tier* gm__tier_of(gm_context* ctx) {
+    gm__tier* tm;
+    pthread_mutex_lock(&ctx->mu);
+    tm = (gm__tier*)ctx->tier;
+    pthread_mutex_unlock(&ctx->mu);
+    return tm;
+}
+
 static gm__tier* gm__tier_open(gm_context* ctx) {
-    gm__tier* tm = (gm__tier*)ctx->tier;
+    gm__tier* tm = gm__tier_of(ctx);
     pthread_mutexattr_t ma;
     if (tm) return tm;
     tm = (gm__tier*)gm__calloc(sizeof *tm);
@@ -3791,21 +3824,30 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     pthread_mutexattr_destroy(&ma);
     gm__arena_init(&tm->host, 4096, NULL, 0);
     pthread_mutex_lock(&ctx->mu);
+    if (ctx->tier) { /* another thread got there first: use its manager */
+        gm__tier* won = (gm__tier*)ctx->tier;
+        pthread_mutex_unlock(&ctx->mu);
+        ctx->be->stream_destroy(ctx, tm->copy);
+        pthread_mutex_destroy(&tm->mu);
+        GPUMEM_FREE(tm);
+        return won;
+    }
     ctx->tier = tm;
     ctx->tier_evict = gm__tier_evict;
     pthread_mutex_unlock(&ctx->mu);
     return tm;
 }
 
-/* Room on the device for x, on stream s; per the fallback, managed memory. */
-static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
-    gm_result r = gm_alloc(ctx, &x->dev, x->bytes, s);
+/* Room on the device for x, on stream s; per the fallback, managed memory
+   (not for a speculative prefetch, which simply does not happen). */
+static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
+    gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative);
     if (r == GM_OK) {
         x->alloc_stream = s;
         return GM_OK;
     }
     x->dev = NULL;
-    if (r != GM_ERR_OUT_OF_MEMORY) return r;
+    if (r != GM_ERR_OUT_OF_MEMORY || speculative) return r;
     if ((ctx->desc.fallback_fn ? ctx->desc.fallback_fn(ctx, x->bytes, ctx->desc.fallback_user) : ctx->desc.fallback) !=
         GM_FALLBACK_MANAGED)
         return r;
@@ -3822,11 +3864,11 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
 
 /* Brings x to the device for stream s: room allocated on s, the copy on
    the copy stream after s's earlier work, ready_ev recorded after it. */
-static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
+static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
     gm_result r;
     if (x->dev || x->managed) return GM_OK;
     gm__tier_count(tm, x, -1);
-    r = gm__dev_room(ctx, tm, x, s);
+    r = gm__dev_room(ctx, tm, x, s, speculative);
     if (r == GM_OK) x->last = s;
     if (r == GM_OK && x->host_valid) {
         void* dst = x->dev ? x->dev : x->managed;
@@ -3859,7 +3901,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     gm__tier* tm;                                                                           \
     gm__tensor* x;                                                                          \
     if (!(ctx)) return GM_ERR_INVALID_ARGUMENT;                                             \
-    tm = (gm__tier*)(ctx)->tier;                                                            \
+    tm = gm__tier_of(ctx);                                                                  \
     if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made"); \
     pthread_mutex_lock(&tm->mu);                                                            \
     x = gm__tensor_get(ctx, h);                                                             \
@@ -3888,10 +3930,10 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
         if (!y->live || y->dev || y->managed || y->acquired) continue;
         tm->evict_after = q;
         y->acquired++; /* not a victim of its own room */
-        r = gm__bring_in(ctx, tm, y, s);
+        r = gm__bring_in(ctx, tm, y, s, 1);
         y->acquired--;
         tm->evict_after = 0;
-        if (r != GM_OK) break; /* no room without evicting sooner needs */
+        if (r != GM_OK || !y->dev) break; /* no room without evicting sooner needs */
         y->prefetched = 1;
         gm__lru_push(tm, y);
     }
@@ -3954,6 +3996,8 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     gm_result r;
     if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
     out->id = 0;
+    if (bytes > GM__MAX_REQUEST) return GM__MISUSE(ctx, GM_ERR_OUT_OF_MEMORY, "tier: %zu bytes is no tensor", bytes);
+    if (!bytes) bytes = 1; /* a tensor occupies something in some tier */
     tm = gm__tier_open(ctx);
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
@@ -3985,7 +4029,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     x->live = 1;
     /* room: the device (evicting others if needed), else the host tier,
        else the fallback */
-    r = gm_alloc(ctx, &x->dev, bytes ? bytes : 1, NULL);
+    r = gm_alloc(ctx, &x->dev, bytes, NULL);
     if (r == GM_ERR_OUT_OF_MEMORY) {
         x->dev = NULL;
         x->host = gm__host_alloc(ctx, tm, bytes);
@@ -3993,7 +4037,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
             x->host_valid = 1;
             r = GM_OK;
         } else {
-            r = gm__dev_room(ctx, tm, x, NULL);
+            r = gm__dev_room(ctx, tm, x, NULL, 0);
         }
     }
     if (r != GM_OK) {
@@ -4029,7 +4073,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
     x->host_ev = x->ready_ev = NULL;
     x->live = 0;
-    tm->freeidx[tm->nfree++] = (uint32_t)(x - tm->t);
+    if ((x->gen & 0xfffu) != 0xfffu) tm->freeidx[tm->nfree++] = (uint32_t)(x - tm->t); /* else retired: no handle repeats */
     tm->st.tensors--;
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
@@ -4058,18 +4102,18 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
         x->prefetched = 0;
     } else if (!x->dev && !x->managed) {
         tm->st.prefetch_misses++;
-        r = gm__bring_in(ctx, tm, x, s);
+        r = gm__bring_in(ctx, tm, x, s, 0);
     }
     if (r == GM_OK && x->ready_ev) { /* a prefetch may still be copying (waiting on a done event is free) */
         r = ctx->be->stream_wait_event(ctx, s, x->ready_ev);
     }
-    if (r == GM_OK && x->last != s) { /* its last user may still be at work */
+    if (r == GM_OK && x->last != s && gm__stream_alive(ctx, x->last)) { /* its last user may still be at work */
         r = gm__event_on(ctx, &tm->sync_ev, x->last);
         if (r == GM_OK) r = ctx->be->stream_wait_event(ctx, s, tm->sync_ev);
     }
     if (r != GM_OK) {
         x->acquired--;
-        if (x->dev) gm__lru_push(tm, x);
+        if (x->dev && !x->acquired) gm__lru_push(tm, x);
         pthread_mutex_unlock(&tm->mu);
         return r;
     }
@@ -4111,7 +4155,7 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
     }
     if (!x->dev && !x->managed) {
         x->acquired++; /* not a victim of the room it needs */
-        r = gm__bring_in(ctx, tm, x, s);
+        r = gm__bring_in(ctx, tm, x, s, 1);
         x->acquired--;
         if (r == GM_OK && x->dev) {
             x->prefetched = 1;
@@ -4153,7 +4197,7 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     gm__tier* tm;
     if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
-    tm = (gm__tier*)ctx->tier;
+    tm = gm__tier_of(ctx);
     if (!tm) return GM_OK;
     pthread_mutex_lock(&tm->mu);
     *out = tm->st;
@@ -4163,7 +4207,7 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
 
 /* The tier's invariants, for gm_check (called without ctx->mu held). */
 static int gm__tier_check(gm_context* ctx) {
-    gm__tier* tm = (gm__tier*)ctx->tier;
+    gm__tier* tm = gm__tier_of(ctx);
     gm__tensor* x;
     uint32_t i;
     int bad = 0;
