@@ -782,39 +782,42 @@ static int gm__word_is(const char* s, size_t n, const char* w) {
     return strlen(w) == n && memcmp(s, w, n) == 0;
 }
 
+/* Word lists of the enum options: the 1-based position is the enum value. */
+static const char* const gm__w_backend[] = {"sim", "cuda", NULL};
+static const char* const gm__w_toggle[] = {"on", "off", NULL};
+static const char* const gm__w_fallback[] = {"fail", "managed", NULL};
+static const char* const gm__w_log[] = {"error", "warn", "info", "debug", NULL};
+
+/* The 1-based position of v in a word list, 0 when absent. */
+static int gm__pick(const char* v, size_t vn, const char* const* words) {
+    int i;
+    for (i = 0; words[i]; i++)
+        if (gm__word_is(v, vn, words[i])) return i + 1;
+    return 0;
+}
+
 /* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
    or value. */
 static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v, size_t vn) {
     double num = 0;
     size_t bytes = 0;
     int frac = 0;
+    int w;
     if (gm__word_is(k, kn, "backend")) {
-        gm_backend b = gm__word_is(v, vn, "sim") ? GM_BACKEND_SIM
-                     : gm__word_is(v, vn, "cuda") ? GM_BACKEND_CUDA : GM_BACKEND_DEFAULT;
-        if (b == GM_BACKEND_DEFAULT) return 0;
-        if (!d->backend) d->backend = b;
+        if (!(w = gm__pick(v, vn, gm__w_backend))) return 0;
+        if (!d->backend) d->backend = (gm_backend)w;
     } else if (gm__word_is(k, kn, "expandable")) {
-        gm_toggle t = gm__word_is(v, vn, "on") ? GM_TOGGLE_ON
-                    : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
-        if (t == GM_TOGGLE_DEFAULT) return 0;
-        if (!d->expandable) d->expandable = t;
-    } else if (gm__word_is(k, kn, "fallback")) {
-        gm_fallback f = gm__word_is(v, vn, "fail") ? GM_FALLBACK_FAIL
-                      : gm__word_is(v, vn, "managed") ? GM_FALLBACK_MANAGED : GM_FALLBACK_DEFAULT;
-        if (f == GM_FALLBACK_DEFAULT) return 0;
-        if (!d->fallback) d->fallback = f;
+        if (!(w = gm__pick(v, vn, gm__w_toggle))) return 0;
+        if (!d->expandable) d->expandable = (gm_toggle)w;
     } else if (gm__word_is(k, kn, "caching")) {
-        gm_toggle t = gm__word_is(v, vn, "on") ? GM_TOGGLE_ON
-                    : gm__word_is(v, vn, "off") ? GM_TOGGLE_OFF : GM_TOGGLE_DEFAULT;
-        if (t == GM_TOGGLE_DEFAULT) return 0;
-        if (!d->caching) d->caching = t;
+        if (!(w = gm__pick(v, vn, gm__w_toggle))) return 0;
+        if (!d->caching) d->caching = (gm_toggle)w;
+    } else if (gm__word_is(k, kn, "fallback")) {
+        if (!(w = gm__pick(v, vn, gm__w_fallback))) return 0;
+        if (!d->fallback) d->fallback = (gm_fallback)w;
     } else if (gm__word_is(k, kn, "log")) {
-        gm_log_level l = gm__word_is(v, vn, "error") ? GM_LOG_ERROR
-                       : gm__word_is(v, vn, "warn") ? GM_LOG_WARN
-                       : gm__word_is(v, vn, "info") ? GM_LOG_INFO
-                       : gm__word_is(v, vn, "debug") ? GM_LOG_DEBUG : GM_LOG_DEFAULT;
-        if (l == GM_LOG_DEFAULT) return 0;
-        if (!d->log_level) d->log_level = l;
+        if (!(w = gm__pick(v, vn, gm__w_log))) return 0;
+        if (!d->log_level) d->log_level = (gm_log_level)w;
     } else {
         if (!gm__parse_size(v, vn, &num, &bytes, &frac)) return 0;
         if (gm__word_is(k, kn, "device")) {

@@ -332,7 +332,8 @@ static void test_options(void) {
     gm_desc d = t_desc(), q;
     gm_context* ctx;
     void* p;
-    d.conf = "budget:32M, caching:off ,gc_threshold:0.5,max_split_size:64M,bogus:1,budget:xyz,log:info,max_split_size:8M";
+    d.conf = "budget:32M, caching:off ,gc_threshold:0.5,max_split_size:64M,bogus:1,budget:xyz,log:info,max_split_size:8M,"
+             "fallback:managed,host_budget:16M,fallback:maybe";
     t_log_count = 0;
     ctx = t_setup(d);
     q = gm_query_desc(ctx);
@@ -341,7 +342,9 @@ static void test_options(void) {
     T_CHECK(q.gc_threshold == 0.5);
     T_EQ(q.max_split_size, 64 * MiB);
     T_EQ(q.log_level, GM_LOG_INFO);
-    T_EQ(t_log_count, 3); /* three bad options, three warnings, no failure */
+    T_EQ(q.fallback, GM_FALLBACK_MANAGED);
+    T_EQ(q.host_budget, 16 * MiB);
+    T_EQ(t_log_count, 4); /* four bad options, four warnings, no failure */
     T_OK(gm_shutdown(ctx));
     /* the desc wins over the string; fractions and percentages */
     d = t_desc();
