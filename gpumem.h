@@ -86,6 +86,26 @@
          capacity and budget, what is allocated, what is reserved but
          unallocated, and what the device has free.
 
+    THE TIERED MANAGER
+    ==================
+    Tensors (gm_tensor, a handle with a generation) live on the device while
+    used and spill to a pinned host pool (desc.host_budget) when cold:
+        gm_tensor w;  void* p;
+        gm_tensor_create(ctx, &w, bytes);
+        gm_tensor_acquire(ctx, w, stream, &p);  // on the device, ordered on stream
+        ...kernels use p on stream...
+        gm_tensor_release(ctx, w, stream, 1);   // written: the host copy is stale
+    A released tensor may be evicted when room is needed, by a tensor or by
+    a plain gm_alloc (rung 5 of the ladder): lowest priority first, then
+    least recently released, or by next use with GM_EVICT_LEARNED and
+    gm_tier_step (prefetching ahead), or by your own gm_victim_fn. Copies
+    run on the manager's copy stream, ordered with events against the
+    streams that use the tensor. A tensor is always in some tier, and a
+    copy or allocation that fails leaves it where it was. When device and
+    host are both full, desc.fallback (or desc.fallback_fn) may serve it
+    from managed memory; otherwise GM_ERR_OUT_OF_MEMORY. The NVMe tier
+    below the host is not built yet (GM_TIER_DISK is reserved for it).
+
     OPTIONS
     =======
     Each desc field left zero takes its value from the environment variable
