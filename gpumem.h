@@ -1099,7 +1099,7 @@ typedef struct gm__sim_event {
 typedef struct gm__sim {
     pthread_mutex_t mu;    /* guards everything below */
     size_t capacity, used, managed, pinned;
-    uint64_t nallocs, ncopies, nhost, fail_alloc_at, fail_copy_at, fail_host_at;
+    uint64_t ops[3], fail_at[3]; /* per gm_sim_fault kind: operations so far, the one to fail (0: none) */
     uint64_t link_free_at[GM__LINKS];
     uint64_t link_bytes[GM__LINKS], link_busy_ns[GM__LINKS];
     double rate[GM__LINKS];
@@ -1237,8 +1237,8 @@ static gm_result gm__sim_init(gm_context* ctx) {
     if (!sim) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_init(&sim->mu, NULL);
     sim->capacity = ctx->desc.sim.capacity;
-    sim->fail_alloc_at = ctx->desc.sim.fail_device_alloc;
-    sim->fail_copy_at = ctx->desc.sim.fail_copy;
+    sim->fail_at[GM_SIM_FAULT_DEVICE_ALLOC] = ctx->desc.sim.fail_device_alloc;
+    sim->fail_at[GM_SIM_FAULT_COPY] = ctx->desc.sim.fail_copy;
     sim->rate[GM__LINK_H2D] = sim->rate[GM__LINK_D2H] = ctx->desc.sim.link_bytes_per_s;
     sim->rate[GM__LINK_D2D] = ctx->desc.sim.device_bytes_per_s;
     ctx->bs = sim;
@@ -1289,14 +1289,21 @@ static gm_result gm__sim_mem_info(gm_context* ctx, size_t* f, size_t* t) {
 
 static size_t gm__page(size_t n) { return gm__round_up(n ? n : 1, 4096); }
 
+/* Counts one operation of a fault kind; 1 if it is the one armed to fail
+   (which disarms it). Called with sim->mu held. */
+static int gm__sim_fault(gm_context* ctx, gm__sim* sim, gm_sim_fault kind, size_t n) {
+    static const char* what[] = {"device allocation", "copy", "pinned allocation"};
+    if (++sim->ops[kind] != sim->fail_at[kind] || !sim->fail_at[kind]) return 0;
+    sim->fail_at[kind] = 0;
+    gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a %zu-byte %s", n, what[kind]);
+    return 1;
+}
+
 /* Charges n bytes of device memory: the fault injection's count, then the
    capacity. Called with sim->mu held; on failure it is released. */
 static gm_result gm__sim_charge(gm_context* ctx, gm__sim* sim, size_t n) {
-    sim->nallocs++;
-    if (sim->fail_alloc_at && sim->nallocs == sim->fail_alloc_at) {
-        sim->fail_alloc_at = 0;
+    if (gm__sim_fault(ctx, sim, GM_SIM_FAULT_DEVICE_ALLOC, n)) {
         pthread_mutex_unlock(&sim->mu);
-        gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a device allocation of %zu bytes", n);
         return GM_ERR_OUT_OF_MEMORY;
     }
     if (n > sim->capacity - sim->used) {
@@ -1318,11 +1325,8 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
         gm_result r = gm__sim_charge(ctx, sim, n);
         if (r != GM_OK) return r;
     } else if (which == 1) {
-        sim->nhost++;
-        if (sim->fail_host_at && sim->nhost == sim->fail_host_at) {
-            sim->fail_host_at = 0;
+        if (gm__sim_fault(ctx, sim, GM_SIM_FAULT_HOST_ALLOC, size)) {
             pthread_mutex_unlock(&sim->mu);
-            gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a pinned allocation of %zu bytes", size);
             return GM_ERR_HOST_OUT_OF_MEMORY;
         }
         sim->pinned += n;
@@ -1417,14 +1421,9 @@ static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_
     gm__sim_op op;
     int fail;
     pthread_mutex_lock(&sim->mu);
-    sim->ncopies++;
-    fail = sim->fail_copy_at && sim->ncopies == sim->fail_copy_at;
-    if (fail) sim->fail_copy_at = 0;
+    fail = gm__sim_fault(ctx, sim, GM_SIM_FAULT_COPY, n);
     pthread_mutex_unlock(&sim->mu);
-    if (fail) {
-        gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a %zu-byte copy", n);
-        return GM_ERR_COPY_FAILED;
-    }
+    if (fail) return GM_ERR_COPY_FAILED;
     memset(&op, 0, sizeof op);
     op.kind = GM__SIM_COPY;
     op.dst = dst;
@@ -3504,13 +3503,11 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
     sim = GM__SIM(ctx);
+    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_HOST_ALLOC) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&sim->mu);
-    if (fault == GM_SIM_FAULT_DEVICE_ALLOC) sim->fail_alloc_at = nth ? sim->nallocs + nth : 0;
-    else if (fault == GM_SIM_FAULT_COPY) sim->fail_copy_at = nth ? sim->ncopies + nth : 0;
-    else if (fault == GM_SIM_FAULT_HOST_ALLOC) sim->fail_host_at = nth ? sim->nhost + nth : 0;
+    sim->fail_at[fault] = nth ? sim->ops[fault] + nth : 0;
     pthread_mutex_unlock(&sim->mu);
-    return (int)fault >= GM_SIM_FAULT_DEVICE_ALLOC && (int)fault <= GM_SIM_FAULT_HOST_ALLOC ? GM_OK
-                                                                                             : GM_ERR_INVALID_ARGUMENT;
+    return GM_OK;
 }
 
 /* >>tier ------------------------------------------------------------------

@@ -127,15 +127,10 @@ static void jemalloc_column(const char* self, double* out) {
     const char* jp = bench_jemalloc();
     char cmd[2048];
     size_t i;
-    FILE* p;
     for (i = 0; i < NSIZES; i++) out[i] = -1;
     if (!jp) return;
     snprintf(cmd, sizeof cmd, "LD_PRELOAD='%s' '%s' --host", jp, self);
-    p = popen(cmd, "r");
-    if (!p) return;
-    for (i = 0; i < NSIZES; i++)
-        if (fscanf(p, "%lf", &out[i]) != 1) break;
-    pclose(p);
+    bench_read_numbers(cmd, out, NSIZES);
 }
 
 int main(int argc, char** argv) {

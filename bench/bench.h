@@ -2,6 +2,7 @@
    jemalloc lives (for the LD_PRELOAD reference runs). */
 #ifndef GM_BENCH_H
 #define GM_BENCH_H
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,5 +32,17 @@ static inline const char* bench_jemalloc(void) {
     for (i = 0; i < sizeof c / sizeof c[0]; i++)
         if (access(c[i], R_OK) == 0) return c[i];
     return NULL;
+}
+/* Runs cmd and reads up to n numbers from its output into out; -1 for
+   those it did not print. */
+static inline void bench_read_numbers(const char* cmd, double* out, size_t n) {
+    size_t i;
+    FILE* p;
+    for (i = 0; i < n; i++) out[i] = -1;
+    p = popen(cmd, "r");
+    if (!p) return;
+    for (i = 0; i < n; i++)
+        if (fscanf(p, "%lf", &out[i]) != 1) break;
+    pclose(p);
 }
 #endif

@@ -141,16 +141,10 @@ static void host_column(const char* self, char** traces, int n, const char* prel
     char cmd[16384];
     size_t len;
     int i;
-    FILE* p;
     len = (size_t)snprintf(cmd, sizeof cmd, "%s%s%s '%s' --host", preload ? "LD_PRELOAD='" : "", preload ? preload : "",
                            preload ? "'" : "", self);
     for (i = 0; i < n && len < sizeof cmd - 1100; i++) len += (size_t)snprintf(cmd + len, sizeof cmd - len, " '%s'", traces[i]);
-    for (i = 0; i < n; i++) out[i] = -1;
-    p = popen(cmd, "r");
-    if (!p) return;
-    for (i = 0; i < n; i++)
-        if (fscanf(p, "%lf", &out[i]) != 1) break;
-    pclose(p);
+    bench_read_numbers(cmd, out, (size_t)n);
 }
 
 int main(int argc, char** argv) {
