@@ -4,7 +4,9 @@ CXX      ?= c++
 CUDA_HOME ?= /usr/local/cuda
 WARN     := -std=c99 -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wstrict-prototypes -Werror
 CFLAGS   ?= -O2 -g
-LDLIBS   := -pthread -lm
+# The disk tier's io_uring path needs liburing (Debian: liburing-dev).
+URING    := -DGPUMEM_URING
+LDLIBS   := -pthread -lm -luring
 CUDA_INC := -isystem $(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 
@@ -19,13 +21,13 @@ $(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -g -I. $< -o $@ $(LDLIBS)
 
-$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tools/gm_trace.h tools/gm_replay.h
+$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
 
-$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tools/gm_trace.h tools/gm_replay.h
+$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
 $(B)/cpp/compile_cpp: tests/compile_cpp.cc gpumem.h
 	@mkdir -p $(dir $@)
@@ -33,7 +35,7 @@ $(B)/cpp/compile_cpp: tests/compile_cpp.cc gpumem.h
 
 $(B)/demo: examples/demo.c gpumem.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
 
 $(B)/demo-cuda: examples/demo.c gpumem.h
 	@mkdir -p $(dir $@)
@@ -60,13 +62,17 @@ tsan:
 compile-check:
 	@mkdir -p $(B) && printf '#define GPUMEM_IMPLEMENTATION\n#include "gpumem.h"\nint main(void){return 0;}\n' > $(B)/cc.c
 	gcc $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-gcc.o
+	gcc $(WARN) $(URING) -I. -c $(B)/cc.c -o $(B)/cc-gcc-uring.o
+	gcc $(WARN) $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-gcc-cuda-uring.o
 	gcc $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-gcc-cuda.o
 	gcc $(WARN) -std=c11 -DNDEBUG -I. -c $(B)/cc.c -o $(B)/cc-gcc-c11.o
 	gcc $(WARN) -DGPUMEM_DEBUG -DGPUMEM_STATIC -Wno-unused-function -I. -c $(B)/cc.c -o $(B)/cc-gcc-debug.o
 	if command -v clang >/dev/null; then clang $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-clang.o && clang $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-clang-cuda.o; fi
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
+	g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $(URING) -I. -c $(B)/cc.cc -o $(B)/cc-gxx-uring.o
 	gcc $(WARN) -I. examples/basic.c -o $(B)/basic $(LDLIBS) && $(B)/basic >/dev/null
-	gcc $(WARN) -I. bench/spill.c -o $(B)/bench-spill-check $(LDLIBS)
+	gcc $(WARN) $(URING) -I. bench/spill.c -o $(B)/bench-spill-check $(LDLIBS)
+	gcc $(WARN) $(URING) -I. bench/nvme.c -o $(B)/bench-nvme-check $(LDLIBS)
 
 $(B)/bench-alloc: bench/alloc.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
@@ -84,12 +90,19 @@ $(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/
 
 $(B)/bench-spill: bench/spill.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+	$(CC) $(WARN) -O2 $(URING) -I. $< -o $@ $(LDLIBS)
 
-bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
+# bench-nvme compares with fio (Debian: fio) in SPILL_DIR, on its file system.
+SPILL_DIR ?= /var/tmp
+$(B)/bench-nvme: bench/nvme.c bench/bench.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 $(URING) -I. $< -o $@ $(LDLIBS)
+
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme
 	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
 	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
-	$(B)/bench-spill $(B)/bench-spill.csv
+	$(B)/bench-spill $(B)/bench-spill.csv $(SPILL_DIR)
+	$(B)/bench-nvme $(SPILL_DIR) 1024 $(B)/bench-nvme.csv
 
 demo: $(B)/demo
 	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi

@@ -206,6 +206,7 @@ typedef enum gm_result {
     /* memory */
     GM_ERR_OUT_OF_MEMORY = -20,
     GM_ERR_HOST_OUT_OF_MEMORY = -21,
+    GM_ERR_DISK_FULL = -22,        /* the spill file's budget or file system is full */
     /* misuse */
     GM_ERR_DOUBLE_FREE = -40,
     GM_ERR_FOREIGN_POINTER = -41,
@@ -215,7 +216,10 @@ typedef enum gm_result {
     /* device */
     GM_ERR_NO_DEVICE = -60,
     GM_ERR_BACKEND = -61,
-    GM_ERR_COPY_FAILED = -62
+    GM_ERR_COPY_FAILED = -62,
+    /* disk tier */
+    GM_ERR_IO = -80,               /* a read or write of the spill file failed */
+    GM_ERR_CHECKSUM = -81          /* bytes read back from disk differ from those written */
 } gm_result;
 
 typedef struct gm_context gm_context;
@@ -260,7 +264,13 @@ typedef enum gm_copy_kind {
 typedef enum gm_sim_fault {
     GM_SIM_FAULT_DEVICE_ALLOC = 0, /* the Nth device allocation from now fails */
     GM_SIM_FAULT_COPY,             /* the Nth async copy from now fails */
-    GM_SIM_FAULT_HOST_ALLOC        /* the Nth pinned host allocation fails */
+    GM_SIM_FAULT_HOST_ALLOC,       /* the Nth pinned host allocation fails */
+    /* the spill file's I/O, counted in chunks (any backend's disk tier, but
+       armed through the sim) */
+    GM_SIM_FAULT_DISK_WRITE,       /* the Nth chunk write completes with EIO */
+    GM_SIM_FAULT_DISK_READ,        /* the Nth chunk read completes with EIO */
+    GM_SIM_FAULT_DISK_SHORT,       /* the Nth chunk read or write moves only half (resumed) */
+    GM_SIM_FAULT_DISK_FULL         /* the Nth chunk write completes with ENOSPC */
 } gm_sim_fault;
 
 /* A tensor of the tiered manager: pool index and generation, so a handle
@@ -273,7 +283,7 @@ typedef enum gm_tier {
     GM_TIER_NONE = 0,
     GM_TIER_DEVICE,
     GM_TIER_HOST,
-    GM_TIER_DISK,    /* the NVMe tier: not built yet */
+    GM_TIER_DISK,    /* the spill file (desc.disk_dir) */
     GM_TIER_MANAGED  /* served by unified memory */
 } gm_tier;
 
@@ -284,6 +294,13 @@ typedef enum gm_fallback {
     GM_FALLBACK_FAIL,        /* GM_ERR_OUT_OF_MEMORY; the tensor stays where it was */
     GM_FALLBACK_MANAGED      /* unified memory, advised and prefetched to the device */
 } gm_fallback;
+
+/* How the spill file is read and written. */
+typedef enum gm_disk_io {
+    GM_DISK_IO_DEFAULT = 0, /* io_uring when built with GPUMEM_URING and the kernel allows it, else pread */
+    GM_DISK_IO_URING,       /* io_uring (needs GPUMEM_URING); falls back to pread if the kernel refuses */
+    GM_DISK_IO_PREAD        /* pread/pwrite, one chunk at a time */
+} gm_disk_io;
 
 /* Which released tensor leaves the device when room is needed. */
 typedef enum gm_evict_policy {
@@ -337,6 +354,12 @@ typedef struct gm_desc {
     gm_fallback fallback;          /* when nothing more can be evicted */
     gm_fallback_fn fallback_fn;    /* or this decides, case by case */
     void* fallback_user;
+    const char* disk_dir;          /* spill to a file here when the host tier is full; NULL: no disk tier */
+    size_t disk_budget;            /* spill file size limit, default: the file system's free space at setup */
+    gm_toggle disk_checksum;       /* CRC32C per extent, checked on read-back; default on */
+    gm_disk_io disk_io;
+    int disk_depth;                /* chunks in flight, default 32 */
+    size_t disk_chunk;             /* bytes per chunk, default 1 MiB */
     gm_sim_desc sim;
 } gm_desc;
 
@@ -391,6 +414,17 @@ typedef struct gm_tier_stats {
     int64_t prefetch_misses;  /* acquires that had to bring the tensor in */
     int64_t managed_fallbacks;
     int64_t acquire_ns;       /* host time spent in gm_tensor_acquire */
+    /* the disk tier */
+    int64_t disk_bytes;       /* tensor bytes with a valid copy on disk */
+    int64_t disk_reserved;    /* bytes of the spill file reserved (fallocate) */
+    int64_t bytes_to_disk, bytes_from_disk;
+    int64_t disk_write_ns, disk_read_ns; /* wall time of the transfers each way */
+    int64_t disk_ios;         /* chunk I/Os submitted (resubmissions included) */
+    int64_t disk_depth_sum;   /* sum over submissions of the I/Os then in flight:
+                                 disk_depth_sum / disk_ios is the mean queue depth */
+    int64_t disk_errors;      /* transfers that failed (the tensor stayed put) */
+    int64_t checksum_failures;
+    int64_t host_demotions;   /* host copies written to disk to make host room */
 } gm_tier_stats;
 
 /* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
@@ -483,6 +517,11 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor t, gm_stream s
 GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor t, gm_stream stream, int written);
 GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor t, gm_stream stream);
 GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor t);
+/* Moves a released tensor down to `tier`: GM_TIER_HOST is gm_tensor_evict;
+   GM_TIER_DISK writes it to the spill file (if no copy is there yet) and
+   then gives up its device and host copies. GM_ERR_UNSUPPORTED without a
+   disk tier; a failed write leaves it where it was. */
+GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor t, gm_tier tier);
 GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor t, int priority, int pinned);
 GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor t, gm_tier* tier);
 GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out);
@@ -518,13 +557,17 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
 /* >>platform --------------------------------------------------------------
    Includes, override macros and the few POSIX pieces the library needs. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -562,6 +605,7 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
 #define GM__KIB ((size_t)1 << 10)
 #define GM__MIB ((size_t)1 << 20)
 #define GM__GIB ((size_t)1 << 30)
+#define GM__PATH 4096
 
 static uint64_t gm__now_ns(void) {
     struct timespec ts;
@@ -700,6 +744,8 @@ struct gm_context {
     /* the tier manager's seam: evict up to `bytes`; returns bytes freed */
     size_t (*tier_evict)(gm_context* ctx, size_t bytes, void* tier);
     void* tier;
+    void* disk;             /* the spill file (gm__disk), or NULL */
+    char disk_dir[GM__PATH]; /* desc.disk_dir when it came from an option */
     FILE* trace;            /* capture: RMM's replay CSV */
     uint64_t t0;            /* setup time, for the trace's clock */
 };
@@ -716,6 +762,7 @@ GPUMEM_API const char* gm_result_string(gm_result r) {
     case GM_ERR_INTERNAL: return "internal error";
     case GM_ERR_OUT_OF_MEMORY: return "out of device memory";
     case GM_ERR_HOST_OUT_OF_MEMORY: return "out of host memory";
+    case GM_ERR_DISK_FULL: return "out of spill space";
     case GM_ERR_DOUBLE_FREE: return "double free";
     case GM_ERR_FOREIGN_POINTER: return "pointer not allocated by this context";
     case GM_ERR_STALE_HANDLE: return "stale handle";
@@ -724,6 +771,8 @@ GPUMEM_API const char* gm_result_string(gm_result r) {
     case GM_ERR_NO_DEVICE: return "no device";
     case GM_ERR_BACKEND: return "backend error";
     case GM_ERR_COPY_FAILED: return "copy failed";
+    case GM_ERR_IO: return "disk I/O failed";
+    case GM_ERR_CHECKSUM: return "checksum mismatch on read-back";
     }
     return "unknown result";
 }
@@ -807,6 +856,7 @@ static const char* const gm__w_backend[] = {"sim", "cuda", NULL};
 static const char* const gm__w_toggle[] = {"on", "off", NULL};
 static const char* const gm__w_fallback[] = {"fail", "managed", NULL};
 static const char* const gm__w_log[] = {"error", "warn", "info", "debug", NULL};
+static const char* const gm__w_disk_io[] = {"uring", "pread", NULL};
 
 /* The 1-based position of v in a word list, 0 when absent. */
 static int gm__pick(const char* v, size_t vn, const char* const* words) {
@@ -818,7 +868,7 @@ static int gm__pick(const char* v, size_t vn, const char* const* words) {
 
 /* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
    or value. */
-static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v, size_t vn) {
+static int gm__apply_option(gm_desc* d, char* dir, const char* k, size_t kn, const char* v, size_t vn) {
     double num = 0;
     size_t bytes = 0;
     int frac = 0;
@@ -838,6 +888,19 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
     } else if (gm__word_is(k, kn, "log")) {
         if (!(w = gm__pick(v, vn, gm__w_log))) return 0;
         if (!d->log_level) d->log_level = (gm_log_level)w;
+    } else if (gm__word_is(k, kn, "disk_io")) {
+        if (!(w = gm__pick(v, vn, gm__w_disk_io))) return 0;
+        if (!d->disk_io) d->disk_io = (gm_disk_io)w;
+    } else if (gm__word_is(k, kn, "disk_checksum")) {
+        if (!(w = gm__pick(v, vn, gm__w_toggle))) return 0;
+        if (!d->disk_checksum) d->disk_checksum = (gm_toggle)w;
+    } else if (gm__word_is(k, kn, "disk_dir")) {
+        if (!vn || vn >= GM__PATH) return 0;
+        if (!d->disk_dir) {
+            memcpy(dir, v, vn);
+            dir[vn] = 0;
+            d->disk_dir = dir;
+        }
     } else {
         if (!gm__parse_size(v, vn, &num, &bytes, &frac)) return 0;
         if (gm__word_is(k, kn, "device")) {
@@ -860,6 +923,15 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
         } else if (gm__word_is(k, kn, "host_budget")) {
             if (frac || bytes == 0) return 0;
             if (!d->host_budget) d->host_budget = bytes;
+        } else if (gm__word_is(k, kn, "disk_budget")) {
+            if (frac || bytes == 0) return 0;
+            if (!d->disk_budget) d->disk_budget = bytes;
+        } else if (gm__word_is(k, kn, "disk_chunk")) {
+            if (frac || bytes < 4096 || bytes > 64 * GM__MIB) return 0;
+            if (!d->disk_chunk) d->disk_chunk = bytes;
+        } else if (gm__word_is(k, kn, "disk_depth")) {
+            if (frac || num < 1 || num > 1024 || num != (double)(int)num) return 0;
+            if (!d->disk_depth) d->disk_depth = (int)num;
         } else if (gm__word_is(k, kn, "sim_capacity")) {
             if (frac || bytes == 0) return 0;
             if (!d->sim.capacity) d->sim.capacity = bytes;
@@ -873,7 +945,7 @@ static int gm__apply_option(gm_desc* d, const char* k, size_t kn, const char* v,
     return 1;
 }
 
-static void gm__apply_conf(gm_desc* d, const char* conf, const char* origin) {
+static void gm__apply_conf(gm_desc* d, char* dir, const char* conf, const char* origin) {
     const char* s = conf;
     while (s && *s) {
         const char* e = strchr(s, ',');
@@ -882,7 +954,7 @@ static void gm__apply_conf(gm_desc* d, const char* conf, const char* origin) {
         while (n && (*s == ' ')) { s++; n--; }
         while (n && s[n - 1] == ' ') n--;
         c = (const char*)memchr(s, ':', n);
-        if (n && (!c || !gm__apply_option(d, s, (size_t)(c - s), c + 1, n - (size_t)(c - s) - 1))) {
+        if (n && (!c || !gm__apply_option(d, dir, s, (size_t)(c - s), c + 1, n - (size_t)(c - s) - 1))) {
             if (d->log_fn) {
                 char msg[256];
                 snprintf(msg, sizeof msg, "%s: ignoring bad option '%.*s' (default kept)", origin,
@@ -894,12 +966,13 @@ static void gm__apply_conf(gm_desc* d, const char* conf, const char* origin) {
     }
 }
 
-static gm_desc gm__resolve_desc(const gm_desc* in) {
+/* dir: GM__PATH bytes that keep a disk_dir given as an option. */
+static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     gm_desc d;
     if (in) d = *in;
     else memset(&d, 0, sizeof d);
-    gm__apply_conf(&d, d.conf, "desc.conf");
-    if (!d.ignore_env) gm__apply_conf(&d, getenv("GPUMEM_CONF"), "GPUMEM_CONF");
+    gm__apply_conf(&d, dir, d.conf, "desc.conf");
+    if (!d.ignore_env) gm__apply_conf(&d, dir, getenv("GPUMEM_CONF"), "GPUMEM_CONF");
     if (!d.backend) {
 #ifdef GPUMEM_CUDA
         d.backend = GM_BACKEND_CUDA;
@@ -911,6 +984,10 @@ static gm_desc gm__resolve_desc(const gm_desc* in) {
     if (!d.expandable) d.expandable = GM_TOGGLE_OFF;
     if (!d.fallback) d.fallback = GM_FALLBACK_FAIL;
     if (!d.host_budget) d.host_budget = 4 * GM__GIB;
+    if (!d.disk_checksum) d.disk_checksum = GM_TOGGLE_ON;
+    if (d.disk_depth <= 0 || d.disk_depth > 1024) d.disk_depth = 32;
+    if (d.disk_chunk < 4096 || d.disk_chunk > 64 * GM__MIB) d.disk_chunk = GM__MIB;
+    if (d.disk_dir && !*d.disk_dir) d.disk_dir = NULL;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     if (d.gc_threshold < 0 || d.gc_threshold >= 1 || d.gc_threshold != d.gc_threshold) {
@@ -1099,7 +1176,7 @@ typedef struct gm__sim_event {
 typedef struct gm__sim {
     pthread_mutex_t mu;    /* guards everything below */
     size_t capacity, used, managed, pinned;
-    uint64_t ops[3], fail_at[3]; /* per gm_sim_fault kind: operations so far, the one to fail (0: none) */
+    uint64_t ops[7], fail_at[7]; /* per gm_sim_fault kind: operations so far, the one to fail (0: none) */
     uint64_t link_free_at[GM__LINKS];
     uint64_t link_bytes[GM__LINKS], link_busy_ns[GM__LINKS];
     double rate[GM__LINKS];
@@ -1292,7 +1369,8 @@ static size_t gm__page(size_t n) { return gm__round_up(n ? n : 1, 4096); }
 /* Counts one operation of a fault kind; 1 if it is the one armed to fail
    (which disarms it). Called with sim->mu held. */
 static int gm__sim_fault(gm_context* ctx, gm__sim* sim, gm_sim_fault kind, size_t n) {
-    static const char* what[] = {"device allocation", "copy", "pinned allocation"};
+    static const char* what[] = {"device allocation", "copy", "pinned allocation", "disk write", "disk read",
+                                 "disk transfer (short)", "disk write (no space)"};
     if (++sim->ops[kind] != sim->fail_at[kind] || !sim->fail_at[kind]) return 0;
     sim->fail_at[kind] = 0;
     gm__log(ctx, GM_LOG_INFO, "sim: injected failure of a %zu-byte %s", n, what[kind]);
@@ -2223,6 +2301,25 @@ static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* u
         }
     }
     return bad;
+}
+
+/* A block of n bytes (a multiple of a->align) from arena a, whose segments
+   all have key 1. When none fits, the arena grows by `step` bytes, or by
+   n when that is more, or by what is left below `limit` when step would
+   pass it, or by just n when grow() cannot have the larger piece; grow(ctx, owner, bytes) adds a segment of that size to the arena
+   and counts it in *reserved, or returns 0. NULL: no room within the limit. */
+typedef int (*gm__grow_fn)(gm_context* ctx, void* owner, size_t bytes);
+static gm__block* gm__pool_take(gm_context* ctx, gm__arena* a, const size_t* reserved, size_t limit, size_t step,
+                                size_t n, gm__grow_fn grow, void* owner) {
+    gm__block* b = gm__arena_find(a, 1, n);
+    if (!b) {
+        size_t g = n > step ? n : step;
+        if (*reserved + g > limit) g = limit - *reserved; /* the rest of the limit, in one piece */
+        if (*reserved + n > limit || (!grow(ctx, owner, g) && (g == n || !grow(ctx, owner, n)))) return NULL;
+        b = gm__arena_find(a, 1, n);
+        if (!b) return NULL;
+    }
+    return gm__arena_take(a, b, n, a->align);
 }
 
 /* >>streams ---------------------------------------------------------------
@@ -3201,6 +3298,8 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
 /* Defined with the tiered manager, below. */
 static int gm__tier_check(gm_context* ctx);
 static void gm__tier_shutdown(gm_context* ctx);
+static gm_result gm__disk_open(gm_context* ctx);
+static void gm__disk_close(gm_context* ctx);
 
 /* >>check -----------------------------------------------------------------
    gm_check: the arenas' own invariants, then the allocator's: the map holds
@@ -3305,7 +3404,7 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     *out = NULL;
     ctx = (gm_context*)gm__calloc(sizeof *ctx);
     if (!ctx) return GM_ERR_HOST_OUT_OF_MEMORY;
-    ctx->desc = gm__resolve_desc(desc);
+    ctx->desc = gm__resolve_desc(desc, ctx->disk_dir);
     if (ctx->desc.backend == GM_BACKEND_SIM) {
         ctx->be = &gm__sim_backend;
     } else {
@@ -3355,6 +3454,11 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     }
     ctx->t0 = gm__now_ns();
     gm__trace_open(ctx);
+    r = gm__disk_open(ctx);
+    if (r != GM_OK) {
+        gm_shutdown(ctx);
+        return r;
+    }
     gm__log(ctx, GM_LOG_INFO, "setup: backend %s, device %d, %zu bytes, budget %zu", ctx->be->name,
             ctx->desc.device, ctx->total, ctx->budget);
     *out = ctx;
@@ -3366,6 +3470,7 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     uint32_t i;
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     gm__tier_shutdown(ctx);
+    gm__disk_close(ctx);
     pthread_mutex_lock(&ctx->mu);
     ctx->be->device_sync(ctx);
     gm__process_pending(ctx, 1);
@@ -3503,18 +3608,596 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
     sim = GM__SIM(ctx);
-    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_HOST_ALLOC) return GM_ERR_INVALID_ARGUMENT;
+    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&sim->mu);
     sim->fail_at[fault] = nth ? sim->ops[fault] + nth : 0;
     pthread_mutex_unlock(&sim->mu);
     return GM_OK;
 }
 
+/* >>crc -------------------------------------------------------------------
+   CRC32C (Castagnoli), as iSCSI and ext4 use it: gm__crc32c(0, p, n) is
+   the CRC of p[0..n), and gm__crc32c(crc, q, m) continues it over q. The
+   SSE4.2 instruction where the CPU has it (about 8 bytes per 3 cycles),
+   else slicing by 8 over tables made once. */
+static uint32_t gm__crc_tab[8][256];
+static pthread_once_t gm__crc_once = PTHREAD_ONCE_INIT;
+
+static void gm__crc_init(void) {
+    uint32_t i, j, c;
+    for (i = 0; i < 256; i++) {
+        for (c = i, j = 0; j < 8; j++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+        gm__crc_tab[0][i] = c;
+    }
+    for (i = 0; i < 256; i++)
+        for (c = gm__crc_tab[0][i], j = 1; j < 8; j++) gm__crc_tab[j][i] = c = (c >> 8) ^ gm__crc_tab[0][c & 0xff];
+}
+
+static uint32_t gm__crc32c_sw(uint32_t c, const unsigned char* p, size_t n) {
+    for (; n && ((uintptr_t)p & 7); n--) c = (c >> 8) ^ gm__crc_tab[0][(c ^ *p++) & 0xff];
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= c; /* little-endian, as the tables assume */
+        c = gm__crc_tab[7][lo & 0xff] ^ gm__crc_tab[6][(lo >> 8) & 0xff] ^ gm__crc_tab[5][(lo >> 16) & 0xff] ^
+            gm__crc_tab[4][lo >> 24] ^ gm__crc_tab[3][hi & 0xff] ^ gm__crc_tab[2][(hi >> 8) & 0xff] ^
+            gm__crc_tab[1][(hi >> 16) & 0xff] ^ gm__crc_tab[0][hi >> 24];
+    }
+    for (; n; n--) c = (c >> 8) ^ gm__crc_tab[0][(c ^ *p++) & 0xff];
+    return c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GM__CRC_HW 1
+__attribute__((target("sse4.2"))) static uint32_t gm__crc32c_hw(uint32_t c, const unsigned char* p, size_t n) {
+    uint64_t c64;
+    for (; n && ((uintptr_t)p & 7); n--) c = __builtin_ia32_crc32qi(c, *p++);
+    c64 = c;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+    }
+    c = (uint32_t)c64;
+    for (; n; n--) c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#endif
+
+static int gm__crc_hw;
+static void gm__crc_setup(void) {
+    gm__crc_init();
+#ifdef GM__CRC_HW
+    __builtin_cpu_init();
+    gm__crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t gm__crc32c(uint32_t crc, const void* p, size_t n) {
+    uint32_t c = ~crc;
+    pthread_once(&gm__crc_once, gm__crc_setup);
+#ifdef GM__CRC_HW
+    if (gm__crc_hw) return ~gm__crc32c_hw(c, (const unsigned char*)p, n);
+#endif
+    return ~gm__crc32c_sw(c, (const unsigned char*)p, n);
+}
+
+/* >>disk ------------------------------------------------------------------
+   The spill file and its I/O, for the tiered manager (which calls in with
+   its lock held, so one transfer runs at a time). Invariants:
+   - the file is created unlinked (O_TMPFILE, else created and unlinked at
+     once), mode 0600, O_DIRECT unless the file system refuses it; nothing
+     of it outlives the process;
+   - extents come from an arena whose addresses are file offsets plus
+     `align` (so none is 0), every extent and offset a multiple of the
+     direct-I/O alignment; the arena's segments are exactly the file space
+     reserved with fallocate, `reserved` bytes, never above `budget`;
+   - a transfer is cut into chunks of `chunk` bytes; chunk i uses staging
+     slot i % depth, at most `depth` I/Os are in flight, and every I/O a
+     transfer submits is reaped before the transfer returns;
+   - a slot whose staged bytes a copy into device memory still reads has
+     ev_pending set; no read lands in it before that event completed
+     (copies out of staging and into it run on the one copy stream, in
+     order, so writes need no such wait);
+   - a short read or write is resubmitted for the rest; an error or a
+     transfer of 0 bytes ends the transfer with GM_ERR_IO or
+     GM_ERR_DISK_FULL once the I/Os in flight are reaped. */
+#ifdef GPUMEM_URING
+#include <liburing.h>
+#endif
+
+typedef struct gm__dslot {
+    char* buf;              /* staging, `chunk` bytes */
+    void* ev;               /* the last copy out of or into buf */
+    int ev_pending;
+    int busy;               /* part of the transfer under way */
+    int io_done;            /* its I/O completed whole */
+    int write;
+    char* mem;              /* the I/O's buffer: buf, or host memory written in place */
+    uint64_t off;           /* file offset of the chunk */
+    size_t len;             /* I/O length (aligned) */
+    size_t done;            /* bytes moved so far */
+} gm__dslot;
+
+typedef struct gm__disk {
+    int fd;
+    int uring;              /* 1: io_uring, 0: pread/pwrite */
+    int direct;
+    int checksum;
+    size_t align, chunk, budget, reserved;
+    int depth, inflight;
+    char* staging;
+    gm__dslot* slot;
+    gm__arena ar;
+    int* pend;              /* pread/pwrite: completions not yet reaped, a ring */
+    int npend, pend_head;
+    int broken;             /* the ring failed: no more transfers */
+    /* figures, copied into gm_tier_stats */
+    int64_t bytes_w, bytes_r, ns_w, ns_r, ios, depth_sum, errors, crc_fail;
+#ifdef GPUMEM_URING
+    struct io_uring ring;
+    int fixed_buf, fixed_file;
+#endif
+} gm__disk;
+
+#define GM__DISK_GROW (256 * GM__MIB)
+
+/* An armed sim fault of the disk's kinds fires (sim backend only). */
+static int gm__disk_fault(gm_context* ctx, gm_sim_fault kind, size_t n) {
+    gm__sim* sim;
+    int f;
+    if (ctx->be != &gm__sim_backend) return 0;
+    sim = GM__SIM(ctx);
+    pthread_mutex_lock(&sim->mu);
+    f = gm__sim_fault(ctx, sim, kind, n);
+    pthread_mutex_unlock(&sim->mu);
+    return f;
+}
+
+/* Opens the spill file: O_TMPFILE, else a named file unlinked at once. */
+static int gm__disk_create(gm_context* ctx, const char* dir, int flags) {
+    int fd;
+#ifdef O_TMPFILE
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | flags, 0600);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != ENOENT) || flags) return fd;
+#endif
+    {
+        char path[4096];
+        mode_t old;
+        if ((size_t)snprintf(path, sizeof path, "%s/.gpumem-spill-XXXXXX", dir) >= sizeof path) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        old = umask(077);
+        fd = mkostemp(path, O_CLOEXEC);
+        umask(old);
+        if (fd < 0) return -1;
+        unlink(path);
+        gm__log(ctx, GM_LOG_INFO, "disk: %s has no O_TMPFILE: a named file was created and unlinked", dir);
+    }
+    return fd;
+}
+
+#ifdef GPUMEM_URING
+static int gm__uring_open(gm_context* ctx, gm__disk* dk) {
+    static const unsigned tries[] = {
+#if defined(IORING_SETUP_COOP_TASKRUN) && defined(IORING_SETUP_SUBMIT_ALL)
+        IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+#endif
+        0};
+    struct iovec iov;
+    size_t i;
+    int e = -ENOSYS;
+    for (i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        struct io_uring_params p;
+        memset(&p, 0, sizeof p);
+        p.flags = tries[i];
+        e = io_uring_queue_init_params((unsigned)dk->depth * 2, &dk->ring, &p);
+        if (e == 0) break;
+        if (e != -EINVAL) break; /* a flag this kernel lacks: try fewer */
+    }
+    if (e) {
+        gm__log(ctx, GM_LOG_WARN, "disk: io_uring unavailable (%s): using pread/pwrite", strerror(-e));
+        return 0;
+    }
+    iov.iov_base = dk->staging;
+    iov.iov_len = dk->chunk * (size_t)dk->depth;
+    e = io_uring_register_buffers(&dk->ring, &iov, 1);
+    dk->fixed_buf = e == 0;
+    if (e) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused registered buffers (%s)", strerror(-e));
+    e = io_uring_register_files(&dk->ring, &dk->fd, 1);
+    dk->fixed_file = e == 0;
+    if (e) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused a registered file (%s)", strerror(-e));
+    return 1;
+}
+#endif
+
+static void gm__disk_close(gm_context* ctx) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    int i;
+    if (!dk) return;
+#ifdef GPUMEM_URING
+    if (dk->uring) io_uring_queue_exit(&dk->ring);
+#endif
+    if (dk->slot)
+        for (i = 0; i < dk->depth; i++)
+            if (dk->slot[i].ev) ctx->be->event_destroy(ctx, dk->slot[i].ev);
+    if (dk->staging) ctx->be->host_free(ctx, dk->staging, dk->chunk * (size_t)dk->depth);
+    if (dk->fd >= 0) close(dk->fd);
+    gm__arena_destroy(&dk->ar);
+    GPUMEM_FREE(dk->slot);
+    GPUMEM_FREE(dk->pend);
+    GPUMEM_FREE(dk);
+    ctx->disk = NULL;
+}
+
+/* Setup of the disk tier, when desc.disk_dir names a directory. */
+static gm_result gm__disk_open(gm_context* ctx) {
+    const gm_desc* d = &ctx->desc;
+    gm__disk* dk;
+    struct statvfs vfs;
+    int i;
+    if (!d->disk_dir) return GM_OK;
+    dk = (gm__disk*)gm__calloc(sizeof *dk);
+    if (!dk) return GM_ERR_HOST_OUT_OF_MEMORY;
+    ctx->disk = dk;
+    dk->fd = -1;
+    if (d->disk_dir != ctx->disk_dir) { /* keep the path: the caller's string may go */
+        if (strlen(d->disk_dir) >= GM__PATH) {
+            gm__log(ctx, GM_LOG_ERROR, "disk: the spill directory's path is too long");
+            gm__disk_close(ctx);
+            return GM_ERR_INVALID_ARGUMENT;
+        }
+        strcpy(ctx->disk_dir, d->disk_dir);
+        ctx->desc.disk_dir = ctx->disk_dir;
+    }
+    dk->checksum = d->disk_checksum != GM_TOGGLE_OFF;
+    dk->depth = d->disk_depth;
+    dk->fd = gm__disk_create(ctx, d->disk_dir, O_DIRECT);
+    dk->direct = dk->fd >= 0;
+    if (dk->fd < 0 && errno == EINVAL) { /* no O_DIRECT here (tmpfs): the page cache it is */
+        dk->fd = gm__disk_create(ctx, d->disk_dir, 0);
+        if (dk->fd >= 0)
+            gm__log(ctx, GM_LOG_WARN, "disk: %s refuses O_DIRECT: spilling through the page cache", d->disk_dir);
+    }
+    if (dk->fd < 0) {
+        gm__log(ctx, GM_LOG_ERROR, "disk: cannot create a spill file in %s: %s", d->disk_dir, strerror(errno));
+        gm__disk_close(ctx);
+        return GM_ERR_IO;
+    }
+    dk->align = 4096;
+#if defined(STATX_DIOALIGN)
+    {
+        struct statx sx;
+        if (statx(dk->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+            sx.stx_dio_offset_align > dk->align && sx.stx_dio_offset_align <= 1024 * 1024)
+            dk->align = sx.stx_dio_offset_align;
+    }
+#endif
+    dk->chunk = gm__round_up(d->disk_chunk, dk->align);
+    if (fstatvfs(dk->fd, &vfs) != 0) memset(&vfs, 0, sizeof vfs);
+    dk->budget = d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize;
+    dk->budget -= dk->budget % dk->align;
+    gm__arena_init(&dk->ar, dk->align, NULL, 0);
+    dk->slot = (gm__dslot*)gm__calloc((size_t)dk->depth * sizeof *dk->slot);
+    dk->pend = (int*)gm__calloc((size_t)dk->depth * 2 * sizeof *dk->pend);
+    if (!dk->slot || !dk->pend || ctx->be->host_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->depth) != GM_OK) {
+        dk->staging = NULL;
+        gm__log(ctx, GM_LOG_ERROR, "disk: no host memory for %d staging buffers of %zu bytes", dk->depth, dk->chunk);
+        gm__disk_close(ctx);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < dk->depth; i++) {
+        dk->slot[i].buf = dk->staging + (size_t)i * dk->chunk;
+        if (ctx->be->event_create(ctx, &dk->slot[i].ev) != GM_OK) {
+            dk->slot[i].ev = NULL;
+            gm__disk_close(ctx);
+            return GM_ERR_BACKEND;
+        }
+    }
+#ifdef GPUMEM_URING
+    if (d->disk_io != GM_DISK_IO_PREAD) dk->uring = gm__uring_open(ctx, dk);
+#else
+    if (d->disk_io == GM_DISK_IO_URING)
+        gm__log(ctx, GM_LOG_WARN, "disk: io_uring was not built (define GPUMEM_URING, link -luring): using pread/pwrite");
+#endif
+    gm__log(ctx, GM_LOG_INFO, "disk: spill file in %s, %s%s, %s, %d x %zu-byte chunks, alignment %zu, budget %zu",
+            d->disk_dir, dk->uring ? "io_uring" : "pread/pwrite",
+#ifdef GPUMEM_URING
+            !dk->uring ? "" : dk->fixed_buf && dk->fixed_file ? " (registered buffers and file)"
+                            : dk->fixed_buf ? " (registered buffers)" : dk->fixed_file ? " (registered file)" : "",
+#else
+            "",
+#endif
+            dk->direct ? "O_DIRECT" : "buffered", dk->depth, dk->chunk, dk->align, dk->budget);
+    return GM_OK;
+}
+
+/* The file grows by fallocate: the space is really reserved, so a full
+   file system shows here and not in the middle of a write. */
+static int gm__disk_grow(gm_context* ctx, void* owner, size_t bytes) {
+    gm__disk* dk = (gm__disk*)owner;
+    if (fallocate(dk->fd, 0, (off_t)dk->reserved, (off_t)bytes) != 0) {
+        gm__log(ctx, GM_LOG_WARN, "disk: cannot reserve %zu more bytes of spill file in %s: %s", bytes, ctx->disk_dir,
+                strerror(errno));
+        return 0;
+    }
+    if (!gm__arena_add(&dk->ar, (uintptr_t)(dk->reserved + dk->align), bytes, 1)) return 0;
+    dk->reserved += bytes;
+    return 1;
+}
+
+/* An extent for `bytes` (GM__DISK_GROW more of the file at a time); NULL
+   when the budget or the file system is full. */
+static gm__block* gm__disk_alloc(gm_context* ctx, gm__disk* dk, size_t bytes) {
+    size_t n = gm__round_up(bytes ? bytes : 1, dk->align);
+    gm__block* b = gm__pool_take(ctx, &dk->ar, &dk->reserved, dk->budget, GM__DISK_GROW, n, gm__disk_grow, dk);
+    if (!b)
+        gm__log(ctx, GM_LOG_WARN, "disk: no room for %zu bytes in the spill file (%zu reserved, budget %zu)", n,
+                dk->reserved, dk->budget);
+    return b;
+}
+
+static uint64_t gm__disk_off(const gm__disk* dk, const gm__block* b) { return (uint64_t)(b->addr - dk->align); }
+
+/* Starts slot k's I/O for the rest of its chunk (a fault may cut it to half). */
+static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
+    gm__dslot* sl = &dk->slot[k];
+    size_t len = sl->len - sl->done;
+    char* mem = sl->mem + sl->done;
+    uint64_t off = sl->off + sl->done;
+    if (len > dk->align && gm__disk_fault(ctx, GM_SIM_FAULT_DISK_SHORT, len)) len = gm__round_up(len / 2, dk->align);
+    dk->inflight++;
+    dk->ios++;
+    dk->depth_sum += dk->uring ? dk->inflight : 1; /* pread/pwrite: one at a time */
+#ifdef GPUMEM_URING
+    if (dk->uring) {
+        struct io_uring_sqe* sqe = io_uring_get_sqe(&dk->ring);
+        int fd = dk->fixed_file ? 0 : dk->fd, e;
+        int fixed = dk->fixed_buf && mem >= dk->staging && mem < dk->staging + dk->chunk * (size_t)dk->depth;
+        if (!sqe) { /* the ring holds twice the depth: cannot happen, but never hang */
+            dk->inflight--;
+            return GM_ERR_INTERNAL;
+        }
+        if (sl->write && fixed) io_uring_prep_write_fixed(sqe, fd, mem, (unsigned)len, off, 0);
+        else if (sl->write) io_uring_prep_write(sqe, fd, mem, (unsigned)len, off);
+        else if (fixed) io_uring_prep_read_fixed(sqe, fd, mem, (unsigned)len, off, 0);
+        else io_uring_prep_read(sqe, fd, mem, (unsigned)len, off);
+        if (dk->fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data(sqe, (void*)(uintptr_t)k);
+        do e = io_uring_submit(&dk->ring);
+        while (e == -EINTR || e == -EAGAIN);
+        if (e < 0) {
+            dk->inflight--;
+            gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_submit: %s", strerror(-e));
+            return GM_ERR_IO;
+        }
+        return GM_OK;
+    }
+#endif
+    { /* pread/pwrite: done now, reaped later */
+        ssize_t res;
+        do res = sl->write ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
+        while (res < 0 && errno == EINTR);
+        int at = (dk->pend_head + dk->npend++) % dk->depth;
+        GPUMEM_ASSERT(dk->npend <= dk->depth);
+        dk->pend[2 * at] = k;
+        dk->pend[2 * at + 1] = res < 0 ? -errno : (int)res;
+    }
+    return GM_OK;
+}
+
+/* Waits for one I/O to complete: its slot and result (bytes, or -errno). */
+static void gm__dio_reap(gm_context* ctx, gm__disk* dk, int* k, int* res) {
+    gm__dslot* sl;
+#ifdef GPUMEM_URING
+    if (dk->uring) {
+        struct io_uring_cqe* cqe = NULL;
+        int e;
+        do e = io_uring_wait_cqe(&dk->ring, &cqe);
+        while (e == -EINTR || e == -EAGAIN);
+        if (e < 0 || !cqe) { /* the ring itself broke: count the I/O lost, refuse the rest */
+            gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_wait_cqe: %s; the disk tier stops", strerror(-e));
+            dk->broken = 1;
+            dk->inflight--;
+            *k = -1;
+            *res = -EIO;
+            return;
+        }
+        *k = (int)(uintptr_t)io_uring_cqe_get_data(cqe);
+        *res = cqe->res;
+        io_uring_cqe_seen(&dk->ring, cqe);
+    } else
+#endif
+    {
+        GPUMEM_ASSERT(dk->npend > 0);
+        *k = dk->pend[2 * dk->pend_head];
+        *res = dk->pend[2 * dk->pend_head + 1];
+        dk->pend_head = (dk->pend_head + 1) % dk->depth;
+        dk->npend--;
+    }
+    dk->inflight--;
+    sl = &dk->slot[*k];
+    if (*res >= 0 && gm__disk_fault(ctx, sl->write ? GM_SIM_FAULT_DISK_WRITE : GM_SIM_FAULT_DISK_READ, sl->len))
+        *res = -EIO;
+    if (*res >= 0 && sl->write && gm__disk_fault(ctx, GM_SIM_FAULT_DISK_FULL, sl->len)) *res = -ENOSPC;
+}
+
+/* Reaps one I/O: a whole one marks its slot done, a short one goes again
+   for the rest, an error (or no progress) becomes *err. Returns the slot. */
+static int gm__dio_step(gm_context* ctx, gm__disk* dk, gm_result* err) {
+    int k, res;
+    gm__dslot* sl;
+    gm__dio_reap(ctx, dk, &k, &res);
+    if (k < 0) {
+        if (*err == GM_OK) *err = GM_ERR_IO;
+        return -1;
+    }
+    sl = &dk->slot[k];
+    if (res > 0 && sl->done + (size_t)res < sl->len && *err == GM_OK) {
+        sl->done += (size_t)res;
+        if (gm__dio_submit(ctx, dk, k) == GM_OK) return -1;
+        res = -EIO;
+    }
+    if (res <= 0) {
+        if (*err == GM_OK) {
+            *err = res == -ENOSPC || res == -EDQUOT ? GM_ERR_DISK_FULL : GM_ERR_IO;
+            gm__log(ctx, GM_LOG_ERROR, "disk: %s of %zu bytes at offset %llu of the spill file in %s failed: %s",
+                    sl->write ? "write" : "read", sl->len, (unsigned long long)sl->off, ctx->disk_dir,
+                    res ? strerror(-res) : "no progress");
+        }
+    } else {
+        sl->done = sl->len;
+        sl->io_done = 1;
+    }
+    return k;
+}
+
+static void gm__dslot_start(gm__dslot* sl, int write, char* mem, uint64_t off, size_t len) {
+    sl->busy = 1;
+    sl->io_done = 0;
+    sl->write = write;
+    sl->mem = mem;
+    sl->off = off;
+    sl->len = len;
+    sl->done = 0;
+}
+
+/* Writes `bytes` from src to the extent at file offset `off`; the CRC32C
+   of the bytes goes to *crc. src_dev: device memory, staged through the
+   slots by copies on `copy` (which must already wait for the writers of
+   src); else host memory, written in place when aligned. The device-to-
+   staging copies, the CRC and the disk writes overlap. */
+static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, const void* src, size_t bytes, int src_dev,
+                                gm_stream copy, uint32_t* crc) {
+    size_t n = (bytes + dk->chunk - 1) / dk->chunk, staged = 0, sent = 0, finished = 0;
+    int in_place = !src_dev && ((uintptr_t)src % dk->align) == 0;
+    uint64_t t0 = gm__now_ns();
+    gm_result err = dk->broken ? GM_ERR_IO : GM_OK;
+    *crc = 0;
+    while (err == GM_OK ? finished < n : dk->inflight > 0) {
+        /* stage: queue the copies of the next chunks into free slots */
+        while (err == GM_OK && staged < n && !dk->slot[staged % (size_t)dk->depth].busy) {
+            gm__dslot* sl = &dk->slot[staged % (size_t)dk->depth];
+            size_t at = staged * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            char* mem = sl->buf;
+            if (src_dev) {
+                err = ctx->be->copy(ctx, sl->buf, (const char*)src + at, len, GM_COPY_DEVICE_TO_HOST, copy);
+                if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, copy);
+                sl->ev_pending = err == GM_OK; /* until the copy is seen done */
+            } else if (in_place) {
+                mem = (char*)src + at;
+            } else {
+                if (sl->ev_pending) err = ctx->be->event_sync(ctx, sl->ev); /* a copy out may still read it */
+                sl->ev_pending = 0;
+                if (err == GM_OK) memcpy(sl->buf, (const char*)src + at, len);
+            }
+            gm__dslot_start(sl, 1, mem, off + at, gm__round_up(len, dk->align));
+            staged++;
+        }
+        /* send: in order, once staged, with the CRC of the chunk */
+        while (err == GM_OK && sent < staged) {
+            gm__dslot* sl = &dk->slot[sent % (size_t)dk->depth];
+            size_t at = sent * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            if (src_dev) {
+                if (dk->inflight > 0 && ctx->be->event_query(ctx, sl->ev) == GM_NOT_READY) break;
+                err = ctx->be->event_sync(ctx, sl->ev);
+                if (err != GM_OK) break;
+                sl->ev_pending = 0;
+            }
+            if (dk->checksum) *crc = gm__crc32c(*crc, sl->mem, len);
+            err = gm__dio_submit(ctx, dk, (int)(sent % (size_t)dk->depth));
+            sent++;
+        }
+        if (dk->inflight > 0) {
+            int k = gm__dio_step(ctx, dk, &err);
+            if (k >= 0) {
+                dk->slot[k].busy = 0;
+                finished++;
+            }
+        } else if (err != GM_OK) {
+            break;
+        }
+    }
+    for (staged = 0; staged < (size_t)dk->depth; staged++) dk->slot[staged].busy = 0;
+    if (err == GM_OK) {
+        dk->bytes_w += (int64_t)bytes;
+        dk->ns_w += (int64_t)(gm__now_ns() - t0);
+    } else {
+        dk->errors++;
+    }
+    return err;
+}
+
+/* Reads `bytes` of the extent at `off` into dst (device memory, or managed
+   memory with kind GM_COPY_HOST_TO_HOST) through the slots: reads in
+   flight while the chunks before them are checked and copied out on
+   `copy`, in order. GM_ERR_CHECKSUM when `want` does not match (when
+   checking); dst then holds the bad bytes, the extent is unchanged. */
+static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void* dst, size_t bytes, gm_copy_kind kind,
+                               gm_stream copy, uint32_t want) {
+    size_t n = (bytes + dk->chunk - 1) / dk->chunk, sent = 0, out = 0;
+    uint64_t t0 = gm__now_ns();
+    uint32_t crc = 0;
+    gm_result err = dk->broken ? GM_ERR_IO : GM_OK;
+    while (err == GM_OK ? out < n : dk->inflight > 0) {
+        while (err == GM_OK && sent < n && !dk->slot[sent % (size_t)dk->depth].busy) {
+            gm__dslot* sl = &dk->slot[sent % (size_t)dk->depth];
+            size_t at = sent * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            if (sl->ev_pending) { /* its last copy out may still read it */
+                err = ctx->be->event_sync(ctx, sl->ev);
+                if (err != GM_OK) break;
+                sl->ev_pending = 0;
+            }
+            gm__dslot_start(sl, 0, sl->buf, off + at, gm__round_up(len, dk->align));
+            err = gm__dio_submit(ctx, dk, (int)(sent % (size_t)dk->depth));
+            sent++;
+        }
+        while (err == GM_OK && out < sent && dk->slot[out % (size_t)dk->depth].io_done) {
+            gm__dslot* sl = &dk->slot[out % (size_t)dk->depth];
+            size_t at = out * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            if (dk->checksum) crc = gm__crc32c(crc, sl->buf, len);
+            err = ctx->be->copy(ctx, (char*)dst + at, sl->buf, len, kind, copy);
+            if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, copy);
+            if (err == GM_OK) sl->ev_pending = 1;
+            sl->busy = sl->io_done = 0;
+            out++;
+        }
+        if (dk->inflight > 0) (void)gm__dio_step(ctx, dk, &err);
+        else if (err != GM_OK) break;
+    }
+    for (sent = 0; sent < (size_t)dk->depth; sent++) dk->slot[sent].busy = dk->slot[sent].io_done = 0;
+    if (err == GM_OK && dk->checksum && crc != want) {
+        dk->crc_fail++;
+        err = GM_ERR_CHECKSUM;
+    }
+    if (err == GM_OK) {
+        dk->bytes_r += (int64_t)bytes;
+        dk->ns_r += (int64_t)(gm__now_ns() - t0);
+    } else {
+        dk->errors++;
+    }
+    return err;
+}
+
 /* >>tier ------------------------------------------------------------------
    The tiered manager. A tensor's bytes live in at least one tier at all
    times: on the device (dev), in the pinned host pool (host, valid when
-   host_valid), or in managed memory. Invariants, under tm->mu:
-   - dev or managed or host_valid (never in no tier);
+   host_valid), in the spill file (disk, valid when disk_valid), or in
+   managed memory. Invariants, under tm->mu:
+   - dev or managed or host_valid or disk_valid (never in no tier); a copy
+     in a lower tier stays valid until the tensor is released as written,
+     so leaving a tier above it costs no transfer;
+   - a copy is made valid only once its transfer completed (the disk's) or
+     is queued in order (the copy stream's), and the copy it came from is
+     given up only after that: a failed transfer leaves the tensor where it
+     was;
+   - disk_valid with blank: the tensor was created on disk and never
+     written, so there are no bytes to read back;
+   - when the host tier is full, host copies make room: first those that
+     another tier also holds (dropped), then the coldest others (written to
+     disk, then dropped);
    - acquired > 0 implies dev or managed, and the tensor is off the LRU list;
    - a released tensor with dev is on the LRU list, least recently released
      first; pinned ones are on it but never chosen;
@@ -3550,6 +4233,10 @@ typedef struct gm__tensor {
     void* host_ev;
     void* ready_ev;
     int priority, pinned;
+    gm__block* disk;        /* extent in the spill file, or NULL */
+    int disk_valid, blank;
+    uint32_t crc;           /* CRC32C of the bytes on disk */
+    uint64_t stamp;         /* tier clock at the last create, acquire or release */
     uint32_t prev, next;    /* LRU neighbours: index + 1, 0 for none (indices
                                survive the array growing) */
 } gm__tensor;
@@ -3581,9 +4268,12 @@ typedef struct gm__tier {
     uint32_t *use_first, *use_at, nuse_first;
     uint32_t pos;           /* acquires so far in this step */
     uint64_t evict_after;   /* while prefetching: only victims used later */
+    uint64_t clock;         /* for stamps */
 } gm__tier;
 
 #define GM__HOST_CHUNK (64 * GM__MIB)
+#define GM__NEVER ((uint64_t)1 << 62)
+static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
 
 #define GM__LRU(tm, k) (&(tm)->t[(k) - 1])
 static uint32_t gm__lru_key(gm__tier* tm, gm__tensor* x) { return (uint32_t)(x - tm->t) + 1; }
@@ -3615,23 +4305,21 @@ static gm__tensor* gm__tensor_get(gm_context* ctx, gm_tensor h) {
 }
 
 /* Host pool: an arena grown in pinned chunks up to host_budget. */
-static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
-    size_t n = gm__round_up(bytes ? bytes : 1, 4096);
-    gm__block* b = gm__arena_find(&tm->host, 1, n);
-    if (!b) {
-        size_t chunk = n > GM__HOST_CHUNK ? n : GM__HOST_CHUNK;
-        void* p;
-        if (tm->host_reserved + chunk > ctx->desc.host_budget) chunk = n;
-        if (tm->host_reserved + chunk > ctx->desc.host_budget) return NULL;
-        if (ctx->be->host_alloc(ctx, &p, chunk) != GM_OK) return NULL;
-        if (!gm__arena_add(&tm->host, (uintptr_t)p, chunk, 1)) {
-            ctx->be->host_free(ctx, p, chunk);
-            return NULL;
-        }
-        tm->host_reserved += chunk;
-        b = gm__arena_find(&tm->host, 1, n);
+static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
+    gm__tier* tm = (gm__tier*)owner;
+    void* p;
+    if (ctx->be->host_alloc(ctx, &p, bytes) != GM_OK) return 0;
+    if (!gm__arena_add(&tm->host, (uintptr_t)p, bytes, 1)) {
+        ctx->be->host_free(ctx, p, bytes);
+        return 0;
     }
-    return gm__arena_take(&tm->host, b, n, 4096);
+    tm->host_reserved += bytes;
+    return 1;
+}
+
+static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
+    return gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
+                         gm__round_up(bytes ? bytes : 1, 4096), gm__host_grow, tm);
 }
 
 static void gm__host_free(gm__tier* tm, gm__tensor* x) {
@@ -3646,6 +4334,17 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
     if (x->dev) tm->st.device_bytes += b;
     else if (x->managed) tm->st.managed_bytes += b;
     if (x->host_valid) tm->st.host_bytes += b;
+    if (x->disk_valid) tm->st.disk_bytes += b;
+}
+
+static uint32_t gm__handle_id(const gm__tier* tm, const gm__tensor* x) {
+    return ((x->gen & 0xfffu) << 20) | ((uint32_t)(x - tm->t) + 1);
+}
+
+static void gm__disk_drop(gm_context* ctx, gm__tensor* x) {
+    if (x->disk) gm__arena_give(&((gm__disk*)ctx->disk)->ar, x->disk);
+    x->disk = NULL;
+    x->disk_valid = x->blank = 0;
 }
 
 /* Whether s can still have work queued: a stream destroyed through
@@ -3700,52 +4399,147 @@ static gm_result gm__copy_waits(gm_context* ctx, gm__tier* tm, gm_stream s) {
     return r == GM_OK ? ctx->be->stream_wait_event(ctx, tm->copy, tm->sync_ev) : r;
 }
 
-/* Device to host. The copy stream first waits for the work queued on the
-   tensor's streams; the device copy is dropped only when the host copy is
-   certain to follow. Any failure leaves the tensor on the device. */
+/* The copy stream waits for the work queued on x's streams (its users). */
+static gm_result gm__copy_waits_users(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm_result r = gm__copy_waits(ctx, tm, x->alloc_stream);
+    int i;
+    for (i = 0; i < x->nused && r == GM_OK; i++)
+        if (x->used[i] != tm->copy) r = gm__copy_waits(ctx, tm, x->used[i]);
+    if (r == GM_OK && x->used_overflow) r = ctx->be->device_sync(ctx);
+    return r;
+}
+
+/* Writes x to a new extent of the spill file, from its host copy when it
+   has one, else from the device through the staging slots. On failure the
+   extent goes back and x is unchanged. */
+static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__block* e;
+    gm_result r;
+    uint32_t crc = 0;
+    if (x->disk_valid) return GM_OK;
+    if (!dk) return GM_ERR_UNSUPPORTED;
+    if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
+    e = gm__disk_alloc(ctx, dk, x->bytes);
+    if (!e) return GM_ERR_DISK_FULL;
+    if (x->host_valid) { /* the host copy must be whole first */
+        r = x->host_ev ? ctx->be->event_sync(ctx, x->host_ev) : GM_OK;
+        if (r == GM_OK) r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), (void*)x->host->addr, x->bytes, 0, tm->copy, &crc);
+    } else {
+        r = gm__copy_waits_users(ctx, tm, x);
+        if (r == GM_OK) {
+            gm__note_use(x, tm->copy);
+            r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), x->dev, x->bytes, 1, tm->copy, &crc);
+        }
+    }
+    if (r != GM_OK) {
+        gm__arena_give(&dk->ar, e);
+        gm__log(ctx, GM_LOG_WARN, "tier: writing tensor %#x (%zu bytes) to disk failed (%s); it stays in the %s tier",
+                gm__handle_id(tm, x), x->bytes, gm_result_string(r), x->host_valid ? "host" : "device");
+        return r;
+    }
+    gm__tier_count(tm, x, -1);
+    x->disk = e;
+    x->disk_valid = 1;
+    x->crc = crc;
+    gm__tier_count(tm, x, 1);
+    tm->st.bytes_to_disk += (int64_t)x->bytes;
+    return GM_OK;
+}
+
+/* The host copy to give up for room: one another tier also holds (free),
+   else, when it can be written to disk, the coldest: lowest priority, then
+   used farthest ahead (learned) or least recently (else). Never that of an
+   acquired tensor: bringing it in may be reading its host copy (and it is
+   out of the byte counts meanwhile). */
+static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int can_write) {
+    gm__tensor* best = NULL;
+    int best_kept = 0;
+    uint64_t best_when = 0;
+    uint32_t i;
+    for (i = 0; i < tm->n; i++) {
+        gm__tensor* x = &tm->t[i];
+        int kept;
+        uint64_t when;
+        if (!x->live || !x->host_valid || x == except || x->acquired) continue; /* acquired: maybe being read */
+        kept = !x->dev && !x->managed && !x->disk_valid; /* the only copy: must be written */
+        if (kept && !can_write) continue;
+        when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, i) : x->stamp; /* lower goes first */
+        if (!best || kept < best_kept ||
+            (kept == best_kept && (x->priority < best->priority || (x->priority == best->priority && when < best_when)))) {
+            best = x;
+            best_kept = kept;
+            best_when = when;
+        }
+    }
+    return best;
+}
+
+/* Room for `bytes` in the host tier: the pool, else host copies given up
+   (to disk when they are the only copy) until it fits. */
+static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except) {
+    gm__block* b;
+    if (gm__round_up(bytes ? bytes : 1, 4096) > ctx->desc.host_budget) return NULL;
+    while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
+        gm__tensor* v = gm__host_victim(tm, except, ctx->disk != NULL);
+        if (!v) break;
+        if (!v->dev && !v->managed && !v->disk_valid) {
+            if (gm__to_disk(ctx, tm, v) != GM_OK) break;
+            tm->st.host_demotions++;
+        }
+        gm__tier_count(tm, v, -1);
+        gm__host_free(tm, v); /* copies queued on it run first (copy stream) */
+        gm__tier_count(tm, v, 1);
+    }
+    return b;
+}
+
+/* Device to a lower tier: a clean tensor (a valid copy below) just drops
+   the device copy; else to the host tier (making room there), else to
+   disk. The copy stream first waits for the work queued on the tensor's
+   streams; the device copy is dropped only when the copy below is certain
+   to follow. Any failure leaves the tensor on the device. */
 static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
+    int clean = x->host_valid || x->disk_valid;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
-    gm__tier_count(tm, x, -1);
-    if (x->host_valid) {
-        gm__dev_drop(ctx, x);
-        tm->st.clean_evictions++;
-    } else {
-        int i;
-        if (!x->host) x->host = gm__host_alloc(ctx, tm, x->bytes);
-        if (!x->host) {
+    if (!clean) {
+        if (!x->host) x->host = gm__host_room(ctx, tm, x->bytes, x);
+        if (x->host) {
+            r = gm__copy_waits_users(ctx, tm, x);
+            if (r == GM_OK)
+                r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, tm->copy);
+            if (r == GM_OK) r = gm__event_on(ctx, &x->host_ev, tm->copy);
+            if (r != GM_OK) {
+                gm__log(ctx, GM_LOG_WARN, "tier: evicting a %zu-byte tensor failed (%s); it stays on the device",
+                        x->bytes, gm_result_string(r));
+                return r;
+            }
+            gm__note_use(x, tm->copy);
+            gm__tier_count(tm, x, -1);
+            x->host_valid = 1;
             gm__tier_count(tm, x, 1);
+            tm->st.bytes_to_host += (int64_t)x->bytes;
+        } else if (ctx->disk) {
+            r = gm__to_disk(ctx, tm, x);
+            if (r != GM_OK) return r;
+        } else {
             gm__log(ctx, GM_LOG_WARN, "tier: host tier full (%zu of %zu bytes): a %zu-byte tensor stays on the device",
                     tm->host_reserved, ctx->desc.host_budget, x->bytes);
             return GM_ERR_HOST_OUT_OF_MEMORY;
         }
-        /* the copy stream waits for the tensor's last users */
-        r = gm__copy_waits(ctx, tm, x->alloc_stream);
-        for (i = 0; i < x->nused && r == GM_OK; i++)
-            if (x->used[i] != tm->copy) r = gm__copy_waits(ctx, tm, x->used[i]);
-        if (r == GM_OK && x->used_overflow) r = ctx->be->device_sync(ctx);
-        if (r == GM_OK) r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, tm->copy);
-        if (r == GM_OK) r = gm__event_on(ctx, &x->host_ev, tm->copy);
-        if (r != GM_OK) {
-            gm__tier_count(tm, x, 1);
-            gm__log(ctx, GM_LOG_WARN, "tier: evicting a %zu-byte tensor failed (%s); it stays on the device", x->bytes,
-                    gm_result_string(r));
-            return r;
-        }
-        gm__note_use(x, tm->copy);
-        x->host_valid = 1;
-        gm__dev_drop(ctx, x);
-        tm->st.bytes_to_host += (int64_t)x->bytes;
     }
+    gm__tier_count(tm, x, -1);
+    gm__dev_drop(ctx, x);
+    gm__tier_count(tm, x, 1);
+    if (clean) tm->st.clean_evictions++;
     gm__lru_del(tm, x);
     tm->st.evictions++;
-    gm__tier_count(tm, x, 1);
     return GM_OK;
 }
 
 /* Acquires from now until tensor i is used again by the plan: a position
    later in this step, or in the next; far away when the plan never uses it. */
-#define GM__NEVER ((uint64_t)1 << 62)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
     uint32_t lo, hi;
     if (!tm->nplan || i >= tm->nuse_first || tm->use_first[i] == tm->use_first[i + 1]) return GM__NEVER;
@@ -3769,7 +4563,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
     for (k = tm->lru; k; k = x->next) {
         uint64_t nu;
         x = GM__LRU(tm, k);
-        if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid)) continue;
+        if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
             if (n == tm->ncandcap) {
                 uint32_t cap = tm->ncandcap ? tm->ncandcap * 2 : 64;
@@ -3806,14 +4600,13 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     if (bytes) {
         int clean_only;
         for (clean_only = 0; clean_only < 2 && !freed; clean_only++) {
-            /* first the policy's choice; if it cannot go (the host tier is
-               full), the best victim that needs no host room */
+            /* first the policy's choice; if it cannot go (no room below,
+               or its write failed), the best victim that needs no copy */
             gm__tensor* best = gm__victim(ctx, tm, clean_only);
             gm_result r;
             if (!best) break;
             r = gm__evict_one(ctx, tm, best);
-            if (r == GM_OK) freed = best->bytes;
-            else if (r != GM_ERR_HOST_OUT_OF_MEMORY) break;
+            if (r == GM_OK) freed = best->bytes; /* else (no room below, a failed write): a clean one */
         }
     }
     pthread_mutex_unlock(&tm->mu);
@@ -3883,21 +4676,27 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
 }
 
 /* Brings x to the device for stream s: room allocated on s, the copy on
-   the copy stream after s's earlier work, ready_ev recorded after it. */
+   the copy stream after s's earlier work (from the host copy, else from
+   disk through the staging slots), ready_ev recorded after it. On failure
+   the room goes back and x stays in the tier it was in. */
 static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
     gm_result r;
+    int from_disk;
     if (x->dev || x->managed) return GM_OK;
     gm__tier_count(tm, x, -1);
     r = gm__dev_room(ctx, tm, x, s, speculative);
     if (r == GM_OK) x->last = s;
-    if (r == GM_OK && x->host_valid) {
+    from_disk = !x->host_valid && x->disk_valid && !x->blank;
+    if (r == GM_OK && (x->host_valid || from_disk)) {
         void* dst = x->dev ? x->dev : x->managed;
+        gm_copy_kind kind = x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_HOST_TO_HOST;
+        gm__disk* dk = (gm__disk*)ctx->disk;
         r = gm__copy_waits(ctx, tm, s);
-        if (r == GM_OK)
-            r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes,
-                              x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_HOST_TO_HOST, tm->copy);
+        if (r == GM_OK && x->dev) gm__note_use(x, tm->copy);
+        if (r == GM_OK && !from_disk) r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, tm->copy);
+        if (r == GM_OK && from_disk) r = gm__disk_read(ctx, dk, gm__disk_off(dk, x->disk), dst, x->bytes, kind, tm->copy, x->crc);
         if (r == GM_OK) r = gm__event_on(ctx, &x->ready_ev, tm->copy);
-        if (r != GM_OK) { /* the host copy is still whole: give the room back */
+        if (r != GM_OK) { /* the copy below is still whole: give the room back */
             if (x->dev) {
                 gm_record_stream(ctx, x->dev, tm->copy);
                 gm_free(ctx, x->dev);
@@ -3906,10 +4705,15 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
                 ctx->be->managed_free(ctx, x->managed, x->bytes);
             }
             x->dev = x->managed = NULL;
-            gm__log(ctx, GM_LOG_WARN, "tier: bringing a %zu-byte tensor in failed (%s); it stays in the host tier",
-                    x->bytes, gm_result_string(r));
+            x->nused = x->used_overflow = 0;
+            if (r == GM_ERR_CHECKSUM)
+                gm__log(ctx, GM_LOG_ERROR, "tier: tensor %#x (%zu bytes) read back from disk fails its checksum; "
+                        "it stays on disk", gm__handle_id(tm, x), x->bytes);
+            else
+                gm__log(ctx, GM_LOG_WARN, "tier: bringing tensor %#x (%zu bytes) in failed (%s); it stays in the %s tier",
+                        gm__handle_id(tm, x), x->bytes, gm_result_string(r), from_disk ? "disk" : "host");
         } else {
-            if (x->dev) gm__note_use(x, tm->copy);
+            if (from_disk) tm->st.bytes_from_disk += (int64_t)x->bytes;
             tm->st.bytes_to_device += (int64_t)x->bytes;
         }
     }
@@ -4048,13 +4852,17 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     x->bytes = bytes;
     x->live = 1;
     /* room: the device (evicting others if needed), else the host tier,
-       else the fallback */
+       else the disk (nothing to write: the contents are undefined), else
+       the fallback */
     r = gm_alloc(ctx, &x->dev, bytes, NULL);
     if (r == GM_ERR_OUT_OF_MEMORY) {
         x->dev = NULL;
-        x->host = gm__host_alloc(ctx, tm, bytes);
+        x->host = gm__host_room(ctx, tm, bytes, x);
         if (x->host) {
             x->host_valid = 1;
+            r = GM_OK;
+        } else if (ctx->disk && (x->disk = gm__disk_alloc(ctx, (gm__disk*)ctx->disk, bytes)) != NULL) {
+            x->disk_valid = x->blank = 1;
             r = GM_OK;
         } else {
             r = gm__dev_room(ctx, tm, x, NULL, 0);
@@ -4067,6 +4875,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
         return r;
     }
     x->alloc_stream = x->last = NULL;
+    x->stamp = ++tm->clock;
     if (x->dev) gm__lru_push(tm, x);
     tm->st.tensors++;
     gm__tier_count(tm, x, 1);
@@ -4089,6 +4898,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
         ctx->be->managed_free(ctx, x->managed, x->bytes);
     }
     gm__host_free(tm, x);
+    gm__disk_drop(ctx, x);
     if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
     if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
     x->host_ev = x->ready_ev = NULL;
@@ -4139,6 +4949,7 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
     }
     if (x->dev) gm__note_use(x, s);
     x->stream = x->last = s;
+    x->stamp = ++tm->clock;
     *ptr = x->dev ? x->dev : x->managed;
     if (tm->policy == GM_EVICT_LEARNED) gm__learned_step(ctx, tm, x, s);
     tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
@@ -4156,11 +4967,13 @@ GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s
         pthread_mutex_unlock(&tm->mu);
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
     }
-    if (written && x->host_valid) { /* the host copy is stale: its space goes back */
+    if (written && (x->host_valid || x->disk_valid)) { /* copies below are stale: their space goes back */
         gm__tier_count(tm, x, -1);
         gm__host_free(tm, x); /* later copies into it queue after those from it */
+        gm__disk_drop(ctx, x); /* no I/O outlives the call that made it */
         gm__tier_count(tm, x, 1);
     }
+    x->stamp = ++tm->clock;
     if (--x->acquired == 0 && x->dev) gm__lru_push(tm, x);
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
@@ -4198,6 +5011,32 @@ GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor h) {
     return r;
 }
 
+GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier tier) {
+    gm_result r = GM_OK;
+    if (tier == GM_TIER_HOST) return gm_tensor_evict(ctx, h);
+    if (ctx && tier != GM_TIER_DISK) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: cannot evict to tier %d", (int)tier);
+    {
+        GM__TIER_ENTER(ctx, tm, x, h)
+        if (x->acquired) r = GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: evict of tensor %#x while acquired", h.id);
+        else if (!ctx->disk) r = GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: no disk tier (set disk_dir)");
+        else r = gm__to_disk(ctx, tm, x);
+        if (r == GM_OK && x->dev) {
+            gm__tier_count(tm, x, -1);
+            gm__dev_drop(ctx, x);
+            gm__lru_del(tm, x);
+            gm__tier_count(tm, x, 1);
+            tm->st.evictions++;
+        }
+        if (r == GM_OK && x->host_valid) {
+            gm__tier_count(tm, x, -1);
+            gm__host_free(tm, x);
+            gm__tier_count(tm, x, 1);
+        }
+        pthread_mutex_unlock(&tm->mu);
+    }
+    return r;
+}
+
 GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor h, int priority, int pinned) {
     GM__TIER_ENTER(ctx, tm, x, h)
     x->priority = priority;
@@ -4208,7 +5047,11 @@ GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor h, int pr
 
 GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor h, gm_tier* tier) {
     GM__TIER_ENTER(ctx, tm, x, h)
-    if (tier) *tier = x->dev ? GM_TIER_DEVICE : x->managed ? GM_TIER_MANAGED : x->host_valid ? GM_TIER_HOST : GM_TIER_NONE;
+    if (tier)
+        *tier = x->dev ? GM_TIER_DEVICE
+              : x->managed ? GM_TIER_MANAGED
+              : x->host_valid ? GM_TIER_HOST
+              : x->disk_valid ? GM_TIER_DISK : GM_TIER_NONE;
     pthread_mutex_unlock(&tm->mu);
     return tier ? GM_OK : GM_ERR_INVALID_ARGUMENT;
 }
@@ -4221,6 +5064,16 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     if (!tm) return GM_OK;
     pthread_mutex_lock(&tm->mu);
     *out = tm->st;
+    if (ctx->disk) {
+        const gm__disk* dk = (const gm__disk*)ctx->disk;
+        out->disk_reserved = (int64_t)dk->reserved;
+        out->disk_write_ns = dk->ns_w;
+        out->disk_read_ns = dk->ns_r;
+        out->disk_ios = dk->ios;
+        out->disk_depth_sum = dk->depth_sum;
+        out->disk_errors = dk->errors;
+        out->checksum_failures = dk->crc_fail;
+    }
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
 }
@@ -4231,7 +5084,7 @@ static int gm__tier_check(gm_context* ctx) {
     gm__tensor* x;
     uint32_t i;
     int bad = 0;
-    int64_t dev = 0, host = 0, man = 0, live = 0;
+    int64_t dev = 0, host = 0, man = 0, live = 0, disk_n = 0, disk_b = 0, diskb = 0;
     size_t onlru = 0, want_lru = 0;
     if (!tm) return 0;
     pthread_mutex_lock(&tm->mu);
@@ -4244,11 +5097,18 @@ static int gm__tier_check(gm_context* ctx) {
         x = &tm->t[i];
         if (!x->live) continue;
         live++;
-        if (!x->dev && !x->managed && !x->host_valid) {
+        if (!x->dev && !x->managed && !x->host_valid && !x->disk_valid) {
             gm__log(ctx, GM_LOG_ERROR, "check: tensor %u is in no tier", i);
             bad++;
         }
         if (x->host_valid && !x->host) bad++;
+        if (x->disk_valid != (x->disk != NULL) || (x->blank && !x->disk_valid) ||
+            (x->disk && x->disk->size < x->bytes)) {
+            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u has a broken disk extent", i);
+            bad++;
+        }
+        if (x->disk) disk_n++, disk_b += (int64_t)x->disk->size;
+        if (x->disk_valid) diskb += (int64_t)x->bytes;
         if (x->acquired && !x->dev && !x->managed) bad++;
         if (x->dev && !x->acquired) want_lru++;
         if (x->dev) dev += (int64_t)x->bytes;
@@ -4256,13 +5116,33 @@ static int gm__tier_check(gm_context* ctx) {
         if (x->host_valid) host += (int64_t)x->bytes;
     }
     if (onlru != want_lru || live != tm->st.tensors || dev != tm->st.device_bytes || host != tm->st.host_bytes ||
-        man != tm->st.managed_bytes) {
-        gm__log(ctx, GM_LOG_ERROR, "check: tier lists or byte counts differ from a walk of the tensors");
+        man != tm->st.managed_bytes || diskb != tm->st.disk_bytes) {
+        gm__log(ctx, GM_LOG_ERROR,
+                "check: tier lists or byte counts differ from a walk of the tensors: lru %zu/%zu, tensors %lld/%lld, "
+                "device %lld/%lld, host %lld/%lld, managed %lld/%lld, disk %lld/%lld",
+                onlru, want_lru, (long long)live, (long long)tm->st.tensors, (long long)dev,
+                (long long)tm->st.device_bytes, (long long)host, (long long)tm->st.host_bytes, (long long)man,
+                (long long)tm->st.managed_bytes, (long long)diskb, (long long)tm->st.disk_bytes);
         bad++;
     }
     {
         int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0;
         bad += gm__arena_check(ctx, &tm->host, &un, &ub, &pn, &pb, &rb);
+        if (ctx->disk) { /* the extents in use are exactly the tensors' */
+            gm__disk* dk = (gm__disk*)ctx->disk;
+            const gm__seg* sg;
+            size_t segb = 0;
+            un = ub = 0;
+            bad += gm__arena_check(ctx, &dk->ar, &un, &ub, &pn, &pb, &rb);
+            for (sg = dk->ar.segs; sg; sg = sg->next) segb += sg->size;
+            if (un != disk_n || ub != disk_b || segb != dk->reserved || dk->reserved > dk->budget || dk->inflight) {
+                gm__log(ctx, GM_LOG_ERROR, "check: the spill file's extents differ from the tensors' (%lld/%lld extents)",
+                        (long long)un, (long long)disk_n);
+                bad++;
+            }
+        } else if (disk_n) {
+            bad++;
+        }
     }
     pthread_mutex_unlock(&tm->mu);
     return bad;

@@ -6,10 +6,7 @@
    bring-ins; misuse; the host tier full; the allocator evicting for plain
    gm_alloc; managed fallback; priorities and pinning; prefetch. Sim only:
    the kernels read and write device memory from the host. */
-#include "gm_test.h"
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
+#include "gm_tier_test.h"
 
 /* Under a sanitizer every byte the kernels touch is instrumented: a smaller
    walk of smaller tensors keeps the run in seconds. */
@@ -20,74 +17,6 @@
 #define WALK_STEPS 6000
 #define BIG_MAX (2 * MiB)
 #endif
-
-/* A kernel: fill or check bytes derived from a seed. */
-typedef struct job {
-    unsigned char* p;
-    size_t n;
-    unsigned seed;
-    int write;
-} job;
-static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
-static long byte_errors;
-
-static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed * 2654435761u + (unsigned)i * 40503u) >> 13); }
-
-static void kernel(void* arg) {
-    job* j = (job*)arg;
-    size_t i, bad = 0, step = j->n > 4096 ? 61 : 1; /* every byte of small ones; a sieve of big ones */
-    if (j->write) {
-        for (i = 0; i < j->n; i++) j->p[i] = pat(j->seed, i);
-    } else {
-        for (i = 0; i < j->n; i += step) bad += j->p[i] != pat(j->seed, i);
-        if (j->n) bad += j->p[j->n - 1] != pat(j->seed, j->n - 1);
-    }
-    if (bad) {
-        pthread_mutex_lock(&err_mu);
-        byte_errors += (long)bad;
-        pthread_mutex_unlock(&err_mu);
-    }
-    free(j);
-}
-
-static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned seed, int write) {
-    job* j = (job*)malloc(sizeof *j);
-    j->p = (unsigned char*)p;
-    j->n = n;
-    j->seed = seed;
-    j->write = write;
-    return gm_launch_host(ctx, s, kernel, j);
-}
-
-static long errors_now(gm_context* ctx) {
-    long e;
-    gm_device_synchronize(ctx);
-    pthread_mutex_lock(&err_mu);
-    e = byte_errors;
-    pthread_mutex_unlock(&err_mu);
-    return e;
-}
-
-static gm_tier where(gm_context* ctx, gm_tensor t) {
-    gm_tier w = GM_TIER_NONE;
-    gm_tensor_where(ctx, t, &w);
-    return w;
-}
-
-/* Write a tensor through acquire, release dirty. */
-static void fill(gm_context* ctx, gm_tensor t, size_t n, unsigned seed, gm_stream s) {
-    void* p;
-    T_OK(gm_tensor_acquire(ctx, t, s, &p));
-    T_OK(run(ctx, s, p, n, seed, 1));
-    T_OK(gm_tensor_release(ctx, t, s, 1));
-}
-
-static void verify(gm_context* ctx, gm_tensor t, size_t n, unsigned seed, gm_stream s) {
-    void* p;
-    T_OK(gm_tensor_acquire(ctx, t, s, &p));
-    T_OK(run(ctx, s, p, n, seed, 0));
-    T_OK(gm_tensor_release(ctx, t, s, 0));
-}
 
 static gm_context* tier_ctx(size_t dev, size_t host, gm_fallback fb) {
     gm_desc d = t_desc();
@@ -167,11 +96,24 @@ static void test_faults(void) {
     gm_context* ctx = tier_ctx(64 * MiB, 256 * MiB, GM_FALLBACK_DEFAULT);
     gm_tensor a;
     void* p;
+    { /* no pinned memory to be had: the tensor stays on the device */
+        gm_context* c2 = tier_ctx(16 * MiB, 2 * MiB, GM_FALLBACK_DEFAULT);
+        T_OK(gm_tensor_create(c2, &a, 2 * MiB));
+        fill(c2, a, 2 * MiB, 5, NULL);
+        T_OK(gm_sim_inject(c2, GM_SIM_FAULT_HOST_ALLOC, 1));
+        T_EQ(gm_tensor_evict(c2, a), GM_ERR_HOST_OUT_OF_MEMORY);
+        T_EQ(where(c2, a), GM_TIER_DEVICE);
+        verify(c2, a, 2 * MiB, 5, NULL);
+        T_EQ(errors_now(c2), 0);
+        T_EQ(gm_check(c2), 0);
+        T_OK(gm_shutdown(c2));
+    }
     T_OK(gm_tensor_create(ctx, &a, 2 * MiB));
     fill(ctx, a, 2 * MiB, 5, NULL);
-    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_HOST_ALLOC, 1)); /* no host room */
-    T_EQ(gm_tensor_evict(ctx, a), GM_ERR_HOST_OUT_OF_MEMORY);
-    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_HOST_ALLOC, 1)); /* a 64 MiB pinned chunk refused: 2 MiB will do */
+    T_OK(gm_tensor_evict(ctx, a));
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    fill(ctx, a, 2 * MiB, 5, NULL); /* back on the device, the host copy stale */
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 1)); /* the copy out fails */
     T_EQ(gm_tensor_evict(ctx, a), GM_ERR_COPY_FAILED);
@@ -513,87 +455,12 @@ static void test_regressions(void) {
     }
 }
 
-/* The differential test. */
-#define NT 2500
-typedef struct model {
-    gm_tensor h;
-    size_t n;
-    unsigned seed; /* 0: never written */
-    int live;
-} model;
-static model m[NT];
-
+/* The differential test: far more tensor bytes than the device holds. */
 static void test_random(long steps) {
     gm_context* ctx = tier_ctx(24 * MiB, 2048 * MiB, GM_FALLBACK_DEFAULT);
-    gm_stream st[2];
-    long step;
-    int bad_checks = 0, errors = 0, ooms = 0;
-    gm_tier_stats ts;
-    st[0] = NULL;
-    T_OK(gm_stream_create(ctx, &st[1]));
-    memset(m, 0, sizeof m);
-    for (step = 0; step < steps; step++) {
-        unsigned long long r = t_rand();
-        model* x = &m[r % NT];
-        gm_stream s = st[(r >> 12) & 1];
-        unsigned op = (unsigned)((r >> 16) % 100);
-        gm_result res = GM_OK;
-        if (!x->live) {
-            x->n = (r >> 24) % 3 == 0 ? (size_t)((r >> 32) % BIG_MAX) + 1 : (size_t)((r >> 32) % (64 * KiB)) + 1;
-            res = gm_tensor_create(ctx, &x->h, x->n);
-            if (res == GM_OK) {
-                x->live = 1;
-                x->seed = 0;
-            }
-        } else if (op < 35) { /* write */
-            void* p;
-            unsigned seed = (unsigned)(r >> 40) | 1;
-            res = gm_tensor_acquire(ctx, x->h, s, &p);
-            if (res == GM_OK) {
-                res = run(ctx, s, p, x->n, seed, 1);
-                if (res == GM_OK) x->seed = seed;
-                res = gm_tensor_release(ctx, x->h, s, 1);
-            }
-        } else if (op < 70) { /* read and check */
-            void* p;
-            res = gm_tensor_acquire(ctx, x->h, s, &p);
-            if (res == GM_OK) {
-                if (x->seed) res = run(ctx, s, p, x->n, x->seed, 0);
-                if (res == GM_OK) res = gm_tensor_release(ctx, x->h, s, 0);
-            }
-        } else if (op < 80) {
-            res = gm_tensor_prefetch(ctx, x->h, s);
-        } else if (op < 92) {
-            res = gm_tensor_evict(ctx, x->h);
-        } else {
-            res = gm_tensor_destroy(ctx, x->h);
-            if (res == GM_OK) x->live = 0;
-        }
-        if (res == GM_ERR_OUT_OF_MEMORY) {
-            ooms++;
-            res = GM_OK;
-        }
-        if (res != GM_OK && errors++ < 5) printf("step %ld: op %u: %s\n", step, op, gm_result_string(res));
-        if (gm_check(ctx) != 0 && bad_checks++ < 3) printf("step %ld: gm_check failed\n", step);
-    }
-    T_EQ(errors, 0);
-    T_EQ(bad_checks, 0);
-    {
-        int i;
-        for (i = 0; i < NT; i++) /* a last read of everything */
-            if (m[i].live && m[i].seed) verify(ctx, m[i].h, m[i].n, m[i].seed, st[i & 1]);
-    }
-    T_EQ(errors_now(ctx), 0);
-    T_OK(gm_tier_get_stats(ctx, &ts));
-    printf("tier walk: %ld steps, %lld tensors live, %.1f MiB on the device, %.1f MiB on the host, %lld evictions "
-           "(%lld clean), %.1f MiB out, %.1f MiB in, prefetch %lld hits / %lld misses, %d out of memory\n",
-           steps, (long long)ts.tensors, (double)ts.device_bytes / (double)MiB, (double)ts.host_bytes / (double)MiB,
-           (long long)ts.evictions, (long long)ts.clean_evictions, (double)ts.bytes_to_host / (double)MiB,
-           (double)ts.bytes_to_device / (double)MiB, (long long)ts.prefetch_hits, (long long)ts.prefetch_misses, ooms);
+    gm_tier_stats ts = t_walk(ctx, steps, BIG_MAX, 0);
     T_CHECK(ts.evictions > 100 && ts.bytes_to_device > 0 && ts.clean_evictions > 0);
     T_CHECK(ts.host_bytes > ts.device_bytes); /* most tensors live on the host */
-    T_EQ(gm_check(ctx), 0);
-    T_OK(gm_stream_destroy(ctx, st[1]));
     T_OK(gm_shutdown(ctx));
 }
 

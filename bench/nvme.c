@@ -1,0 +1,173 @@
+/* bench/nvme: the disk tier's write and read throughput against fio on the
+   same file system, in the same run.
+
+   gpumem: tensors of 64 MiB on the device (sim backend, no link limit) are
+   written to the spill file with gm_tensor_evict_to(GM_TIER_DISK) (device
+   -> staging -> file) and read back with gm_tensor_acquire (file ->
+   staging -> device), each way timed over the whole set, with CRC32C on
+   (the default) and off, and through pread/pwrite for comparison.
+   fio: the io_uring engine, --direct=1, the same block size (the disk
+   tier's chunk) and queue depth, one job, a file of the same size in the
+   same directory, sequential write then read.
+
+   Each measurement is repeated and the median kept, alternating gpumem and
+   fio so that drift of the disk hits both. Prints a table, writes CSV.
+
+   usage: nvme [DIR] [MiB] [CSV]  (default /var/tmp, 1024, build/bench-nvme.csv) */
+#define GPUMEM_IMPLEMENTATION
+#include "../gpumem.h"
+#include "bench.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB ((size_t)1 << 20)
+enum { REPS = 3, DEPTH = 32 };
+static const size_t T = 64 * MiB; /* one tensor */
+static const size_t CHUNK = MiB;
+
+static void fill(void* arg) {
+    memset(arg, 0x5a, T);
+}
+
+typedef struct way {
+    const char* name;
+    gm_disk_io io;
+    gm_toggle crc;
+    double w[REPS], r[REPS], depth;
+} way;
+
+/* One write and one read of `total` bytes through the disk tier; bytes/s. */
+static int run_gpumem(const char* dir, size_t total, way* wy, int rep) {
+    gm_context* ctx = NULL;
+    gm_desc d;
+    size_t n = total / T, i;
+    gm_tensor* t = (gm_tensor*)calloc(n, sizeof *t);
+    gm_tier_stats ts;
+    double t0;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    d.log_fn = gm_log_stderr;
+    d.device_budget = total + 256 * MiB;
+    d.sim.capacity = total + 512 * MiB;
+    d.host_budget = 64 * MiB;
+    d.disk_dir = dir;
+    d.disk_io = wy->io;
+    d.disk_checksum = wy->crc;
+    d.disk_depth = DEPTH;
+    d.disk_chunk = CHUNK;
+    if (!t || gm_setup(&ctx, &d) != GM_OK) {
+        free(t);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        void* p;
+        if (gm_tensor_create(ctx, &t[i], T) != GM_OK || gm_tensor_acquire(ctx, t[i], NULL, &p) != GM_OK) goto fail;
+        gm_launch_host(ctx, NULL, fill, p);
+        gm_tensor_release(ctx, t[i], NULL, 1);
+    }
+    gm_device_synchronize(ctx);
+    t0 = bench_now_ns();
+    for (i = 0; i < n; i++)
+        if (gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK) != GM_OK) goto fail;
+    wy->w[rep] = (double)(n * T) / ((bench_now_ns() - t0) / 1e9);
+    t0 = bench_now_ns();
+    for (i = 0; i < n; i++) {
+        void* p;
+        if (gm_tensor_acquire(ctx, t[i], NULL, &p) != GM_OK) goto fail;
+        gm_tensor_release(ctx, t[i], NULL, 0);
+    }
+    gm_device_synchronize(ctx);
+    wy->r[rep] = (double)(n * T) / ((bench_now_ns() - t0) / 1e9);
+    gm_tier_get_stats(ctx, &ts);
+    wy->depth = ts.disk_ios ? (double)ts.disk_depth_sum / (double)ts.disk_ios : 0;
+    for (i = 0; i < n; i++) gm_tensor_destroy(ctx, t[i]);
+    gm_shutdown(ctx);
+    free(t);
+    return 1;
+fail:
+    gm_shutdown(ctx);
+    free(t);
+    return 0;
+}
+
+/* fio's bandwidth (bytes/s) of one sequential pass; -1 if fio failed. */
+static double run_fio(const char* dir, size_t total, const char* rw) {
+    char cmd[1024], *buf, *at;
+    size_t cap = 1 << 20, len = 0, k;
+    double bw = -1;
+    FILE* p;
+    snprintf(cmd, sizeof cmd,
+             "fio --name=gpumem-ref --filename=%s/gpumem-fio.tmp --size=%zuM --bs=%zuk --iodepth=%d "
+             "--ioengine=io_uring --direct=1 --rw=%s --numjobs=1 --output-format=json 2>/dev/null",
+             dir, total / MiB, CHUNK / 1024, DEPTH, rw);
+    p = popen(cmd, "r");
+    buf = (char*)malloc(cap);
+    if (!p || !buf) {
+        if (p) pclose(p);
+        free(buf);
+        return -1;
+    }
+    while ((k = fread(buf + len, 1, cap - 1 - len, p)) > 0) len += k;
+    buf[len] = 0;
+    if (pclose(p) == 0) {
+        char key[32];
+        snprintf(key, sizeof key, "\"%s\" : {", strcmp(rw, "write") == 0 ? "write" : "read");
+        at = strstr(buf, key);
+        if (at && (at = strstr(at, "\"bw_bytes\" : ")) != NULL) bw = atof(at + 13);
+    }
+    free(buf);
+    return bw;
+}
+
+int main(int argc, char** argv) {
+    const char* dir = argc > 1 ? argv[1] : "/var/tmp";
+    size_t total = (argc > 2 ? (size_t)atol(argv[2]) : 1024) * MiB;
+    const char* csv_path = argc > 3 ? argv[3] : "build/bench-nvme.csv";
+    way ways[] = {{"gpumem io_uring", GM_DISK_IO_URING, GM_TOGGLE_ON, {0}, {0}, 0},
+                  {"gpumem io_uring, no CRC", GM_DISK_IO_URING, GM_TOGGLE_OFF, {0}, {0}, 0},
+                  {"gpumem pread/pwrite", GM_DISK_IO_PREAD, GM_TOGGLE_ON, {0}, {0}, 0}};
+    double fw[REPS], fr[REPS], fio_w, fio_r;
+    char path[600];
+    int rep, k, nways = (int)(sizeof ways / sizeof ways[0]);
+    FILE* csv;
+    total = total / T * T;
+    if (total == 0) total = T;
+    printf("disk tier vs fio in %s: %zu MiB each way, %zu KiB blocks, queue depth %d, O_DIRECT, median of %d\n", dir,
+           total / MiB, CHUNK / 1024, DEPTH, REPS);
+    for (rep = 0; rep < REPS; rep++) {
+        fw[rep] = run_fio(dir, total, "write");
+        fr[rep] = run_fio(dir, total, "read");
+        for (k = 0; k < nways; k++)
+            if (!run_gpumem(dir, total, &ways[k], rep)) {
+                printf("%s failed\n", ways[k].name);
+                return 1;
+            }
+    }
+    snprintf(path, sizeof path, "%s/gpumem-fio.tmp", dir);
+    remove(path);
+    fio_w = bench_median(fw, REPS);
+    fio_r = bench_median(fr, REPS);
+    if (fio_w <= 0 || fio_r <= 0) printf("fio is missing or failed (Debian: apt-get install fio): no reference\n");
+    printf("\n%-26s %12s %12s %10s %10s %8s\n", "way", "write MB/s", "read MB/s", "write/fio", "read/fio", "depth");
+    printf("%-26s %12.0f %12.0f %10s %10s %8d\n", "fio io_uring", fio_w / 1e6, fio_r / 1e6, "1.00", "1.00", DEPTH);
+    csv = fopen(csv_path, "w");
+    if (csv) {
+        fprintf(csv, "way,write_bytes_per_s,read_bytes_per_s,write_over_fio,read_over_fio,mean_depth\n");
+        fprintf(csv, "fio io_uring,%.0f,%.0f,1,1,%d\n", fio_w, fio_r, DEPTH);
+    }
+    for (k = 0; k < nways; k++) {
+        double w = bench_median(ways[k].w, REPS), r = bench_median(ways[k].r, REPS);
+        printf("%-26s %12.0f %12.0f %10.2f %10.2f %8.1f\n", ways[k].name, w / 1e6, r / 1e6, fio_w > 0 ? w / fio_w : 0,
+               fio_r > 0 ? r / fio_r : 0, ways[k].depth);
+        if (csv)
+            fprintf(csv, "%s,%.0f,%.0f,%.3f,%.3f,%.1f\n", ways[k].name, w, r, fio_w > 0 ? w / fio_w : 0,
+                    fio_r > 0 ? r / fio_r : 0, ways[k].depth);
+    }
+    if (csv) {
+        fclose(csv);
+        printf("\nwrote %s\n", csv_path);
+    }
+    return 0;
+}

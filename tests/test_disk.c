@@ -1,0 +1,437 @@
+/* The disk tier: round trips of many sizes through device, host and disk,
+   checked byte for byte, with io_uring and with pread/pwrite; host copies
+   demoted to disk when the host tier is full; faults at each step of a
+   transfer (failing, short and out-of-space writes, failing and short
+   reads, a byte flipped in the file) giving the right error and losing
+   nothing; the spill file hidden, mode 0600 and gone at shutdown; the
+   spill budget; the randomized differential walk with most tensors on
+   disk; CRC32C against known values. Sim only (the kernels read device
+   memory from the host). The spill directory is made under
+   $GM_TEST_DISK_DIR (default /var/tmp) and must be empty at the end. */
+#include "gm_tier_test.h"
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define WALK_STEPS 1500
+#define BIG_MAX (512 * KiB)
+#define HUGE (16 * MiB)
+#else
+#define WALK_STEPS 5000
+#define BIG_MAX (2 * MiB)
+#define HUGE (64 * MiB)
+#endif
+
+static char dir[512];
+
+static gm_context* disk_ctx(size_t dev, size_t host, size_t disk, gm_disk_io io, gm_toggle crc) {
+    gm_desc d = t_desc();
+    d.device_budget = dev;
+    d.host_budget = host;
+    d.disk_dir = dir;
+    d.disk_budget = disk;
+    d.disk_io = io;
+    d.disk_checksum = crc;
+    return t_setup(d);
+}
+
+/* The spill file's descriptor, found through /proc: -1 if there is none. */
+static int spill_fd(char* link, size_t cap) {
+    DIR* d = opendir("/proc/self/fd");
+    struct dirent* e;
+    int found = -1;
+    size_t n = strlen(dir);
+    while (d && (e = readdir(d)) != NULL) {
+        char path[600], target[600];
+        ssize_t k;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        k = readlink(path, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = 0;
+        if (strncmp(target, dir, n) == 0 && target[n] == '/') {
+            found = atoi(e->d_name);
+            if (link) snprintf(link, cap, "%s", target);
+        }
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+static int dir_entries(void) {
+    DIR* d = opendir(dir);
+    struct dirent* e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static const char* io_name(gm_disk_io io) { return io == GM_DISK_IO_PREAD ? "pread" : "io_uring"; }
+
+/* One size through every path: device -> host -> disk (written from the
+   host copy), disk -> device, device -> disk straight (written from the
+   device through staging), disk -> device, each read checked byte for
+   byte; then a clean trip (the disk copy is kept: no write). */
+static void roundtrip(gm_context* ctx, size_t n, unsigned seed) {
+    gm_tensor a;
+    gm_tier_stats s0, s1;
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, seed, NULL);
+    T_OK(gm_tensor_evict(ctx, a));
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, seed, NULL);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    fill(ctx, a, n, seed + 1, NULL); /* written: the disk copy is stale */
+    T_OK(gm_tier_get_stats(ctx, &s0));
+    T_EQ(s0.disk_bytes, 0);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    verify(ctx, a, n, seed + 1, NULL);
+    T_OK(gm_tier_get_stats(ctx, &s0));
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK)); /* clean: nothing written */
+    T_OK(gm_tier_get_stats(ctx, &s1));
+    T_EQ(s1.bytes_to_disk, s0.bytes_to_disk);
+    verify(ctx, a, n, seed + 1, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+}
+
+static void test_roundtrips(gm_disk_io io) {
+    static const size_t sizes[] = {1, 4095, 4096, 4097, MiB + 1, 3 * MiB + 5, HUGE};
+    gm_context* ctx = disk_ctx(HUGE + 16 * MiB, HUGE + 16 * MiB, 0, io, GM_TOGGLE_DEFAULT);
+    gm_tier_stats ts;
+    size_t i;
+    t_every_byte = 1;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) roundtrip(ctx, sizes[i], (unsigned)(i * 7 + 3));
+    t_every_byte = 0;
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.disk_errors, 0);
+    T_EQ(ts.checksum_failures, 0);
+    T_CHECK(ts.bytes_to_disk > 2 * (int64_t)HUGE && ts.bytes_from_disk > 2 * (int64_t)HUGE);
+    T_CHECK(ts.disk_reserved >= (int64_t)HUGE);
+    T_CHECK(ts.disk_ios > 4 * (int64_t)(HUGE / MiB));
+    printf("%s: %lld chunk I/Os, mean queue depth %.1f, %.0f MB/s written, %.0f MB/s read\n", io_name(io),
+           (long long)ts.disk_ios, (double)ts.disk_depth_sum / (double)ts.disk_ios,
+           (double)ts.bytes_to_disk / (double)ts.disk_write_ns * 1e3,
+           (double)ts.bytes_from_disk / (double)ts.disk_read_ns * 1e3);
+    if (io != GM_DISK_IO_PREAD) T_CHECK(ts.disk_depth_sum > 4 * ts.disk_ios); /* the queue was deep */
+    else T_EQ(ts.disk_depth_sum, ts.disk_ios);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* The host tier full: device evictions push the coldest host copies to
+   disk; every tensor reads back intact; create finds room on disk. */
+static void test_demotion(void) {
+    gm_context* ctx = disk_ctx(8 * MiB, 8 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[48];
+    gm_tier_stats ts;
+    int i, on_disk = 0;
+    for (i = 0; i < 48; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], MiB - 100 * (size_t)i));
+        fill(ctx, t[i], MiB - 100 * (size_t)i, (unsigned)i + 1, NULL);
+        T_EQ(gm_check(ctx), 0);
+    }
+    for (i = 0; i < 48; i++) on_disk += where(ctx, t[i]) == GM_TIER_DISK;
+    T_CHECK(on_disk >= 30);
+    T_EQ(where(ctx, t[0]), GM_TIER_DISK); /* the coldest went first */
+    T_EQ(where(ctx, t[47]), GM_TIER_DEVICE);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.host_demotions >= 30);
+    T_EQ(ts.tensors, 48);
+    for (i = 0; i < 48; i++) verify(ctx, t[i], MiB - 100 * (size_t)i, (unsigned)i + 1, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    { /* device and host full of acquired tensors: a new one starts on disk */
+        void* p[16];
+        gm_tensor c;
+        int k;
+        for (k = 0; k < 7; k++) T_OK(gm_tensor_acquire(ctx, t[k], NULL, &p[k]));
+        T_OK(gm_tensor_create(ctx, &c, 4 * MiB));
+        T_CHECK(where(ctx, c) != GM_TIER_NONE);
+        for (k = 0; k < 7; k++) T_OK(gm_tensor_release(ctx, t[k], NULL, 0));
+        fill(ctx, c, 4 * MiB, 99, NULL);
+        T_OK(gm_tensor_evict_to(ctx, c, GM_TIER_DISK));
+        verify(ctx, c, 4 * MiB, 99, NULL);
+        T_OK(gm_tensor_destroy(ctx, c));
+    }
+    for (i = 0; i < 48; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.disk_bytes, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Flips one byte of the spill file at `off` (through its /proc link). */
+static void flip_byte(off_t off) {
+    char link[600], path[64];
+    unsigned char c;
+    int fd = spill_fd(link, sizeof link), rw;
+    T_CHECK(fd >= 0);
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    rw = open(path, O_RDWR);
+    T_CHECK(rw >= 0);
+    T_EQ(pread(rw, &c, 1, off), 1);
+    c ^= 0x20;
+    T_EQ(pwrite(rw, &c, 1, off), 1);
+    T_EQ(fsync(rw), 0);
+    close(rw);
+}
+
+static void test_faults(gm_disk_io io) {
+    gm_context* ctx = disk_ctx(64 * MiB, 64 * MiB, 0, io, GM_TOGGLE_DEFAULT);
+    gm_tensor a;
+    gm_tier_stats ts;
+    void* p;
+    const size_t n = 5 * MiB + 123;
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 41, NULL);
+    /* a write that fails: from the device, then from the host copy */
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 3));
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_IO);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, 41, NULL);
+    T_OK(gm_tensor_evict(ctx, a));
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1));
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_IO);
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    T_EQ(gm_check(ctx), 0);
+    /* no space on the device of the file system */
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_FULL, 2));
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_DISK_FULL);
+    T_EQ(where(ctx, a), GM_TIER_HOST);
+    verify(ctx, a, n, 41, NULL);
+    T_EQ(gm_check(ctx), 0);
+    /* a short write is resumed */
+    fill(ctx, a, n, 42, NULL);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    {
+        int64_t ios = ts.disk_ios;
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_SHORT, 2));
+        T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_EQ(ts.disk_ios - ios, 7); /* six chunks, one of them in two parts */
+    }
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    /* a read that fails leaves the disk copy: the retry succeeds */
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_READ, 4));
+    T_EQ(gm_tensor_acquire(ctx, a, NULL, &p), GM_ERR_IO);
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_SHORT, 1)); /* and a short read is resumed */
+    verify(ctx, a, n, 42, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    /* a byte flipped on disk: a checksum error naming the tensor, and the
+       tensor stays on disk; put back, it reads fine */
+    flip_byte(4096 + 17);
+    t_log_count = 0;
+    T_EQ(gm_tensor_acquire(ctx, a, NULL, &p), GM_ERR_CHECKSUM);
+    T_CHECK(t_log_count > 0 && strstr(t_last_log, "checksum") != NULL);
+    {
+        char id[32];
+        snprintf(id, sizeof id, "%#x", a.id);
+        T_CHECK(strstr(t_last_log, id) != NULL);
+    }
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.checksum_failures, 1);
+    T_EQ(gm_check(ctx), 0);
+    flip_byte(4096 + 17);
+    verify(ctx, a, n, 42, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.disk_errors, 5); /* two writes, no space, a read, the checksum */
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* With checksums off a flipped byte goes unnoticed: the option is honest. */
+static void test_checksum_off(void) {
+    gm_context* ctx = disk_ctx(16 * MiB, 16 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_OFF);
+    gm_tensor a;
+    void* p;
+    T_OK(gm_tensor_create(ctx, &a, 8192));
+    fill(ctx, a, 8192, 5, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    flip_byte(0);
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p));
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* The spill file: not in the directory, mode 0600, no links, gone at
+   shutdown. A directory that does not exist fails setup with GM_ERR_IO. */
+static void test_file(void) {
+    gm_context* ctx;
+    char link[600];
+    struct stat st;
+    int fd, before = dir_entries();
+    gm_desc d = t_desc();
+    ctx = disk_ctx(16 * MiB, 16 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    fd = spill_fd(link, sizeof link);
+    T_CHECK(fd >= 0);
+    T_EQ(dir_entries(), before);
+    T_CHECK(strstr(link, "(deleted)") != NULL);
+    T_EQ(fstat(fd, &st), 0);
+    T_EQ(st.st_mode & 0777, 0600);
+    T_EQ(st.st_nlink, 0);
+    T_EQ(st.st_uid, getuid());
+    {
+        gm_tensor a;
+        T_OK(gm_tensor_create(ctx, &a, 100000));
+        fill(ctx, a, 100000, 9, NULL);
+        T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+        T_EQ(dir_entries(), before);
+        T_OK(gm_tensor_destroy(ctx, a));
+    }
+    T_OK(gm_shutdown(ctx));
+    T_EQ(spill_fd(NULL, 0), -1);
+    T_EQ(dir_entries(), before);
+    /* bad directories and options */
+    d.disk_dir = "/nonexistent/gpumem-spill";
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    d.log_fn = t_log;
+    ctx = NULL;
+    T_EQ(gm_setup(&ctx, &d), GM_ERR_IO);
+    T_CHECK(ctx == NULL && strstr(t_last_log, "/nonexistent/gpumem-spill") != NULL);
+    {
+        char conf[700];
+        gm_desc q;
+        d = t_desc();
+        snprintf(conf, sizeof conf, "disk_dir:%s,disk_budget:64M,disk_io:pread,disk_depth:8,disk_chunk:256K,disk_checksum:off", dir);
+        d.conf = conf;
+        ctx = t_setup(d);
+        q = gm_query_desc(ctx);
+        T_CHECK(q.disk_dir && strcmp(q.disk_dir, dir) == 0);
+        T_EQ(q.disk_budget, 64 * MiB);
+        T_EQ(q.disk_io, GM_DISK_IO_PREAD);
+        T_EQ(q.disk_depth, 8);
+        T_EQ(q.disk_chunk, 256 * KiB);
+        T_EQ(q.disk_checksum, GM_TOGGLE_OFF);
+        roundtrip(ctx, 3 * MiB + 1, 77); /* 13 chunks through 8 slots */
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
+/* The spill budget: past it, an honest error and the tensor stays; with
+   device, host and disk all full, an honest out-of-memory. */
+static void test_budget(void) {
+    gm_context* ctx = disk_ctx(4 * MiB, 2 * MiB, 3 * MiB, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor a, b, t[8];
+    gm_tier_stats ts;
+    int i, made = 0;
+    T_OK(gm_tensor_create(ctx, &a, 2 * MiB));
+    fill(ctx, a, 2 * MiB, 3, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_OK(gm_tensor_create(ctx, &b, 2 * MiB));
+    fill(ctx, b, 2 * MiB, 4, NULL);
+    T_EQ(gm_tensor_evict_to(ctx, b, GM_TIER_DISK), GM_ERR_DISK_FULL);
+    T_EQ(where(ctx, b), GM_TIER_DEVICE);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.disk_reserved <= 3 * (int64_t)MiB);
+    for (i = 0; i < 8; i++) {
+        gm_result r = gm_tensor_create(ctx, &t[i], MiB);
+        if (r != GM_OK) {
+            T_EQ(r, GM_ERR_OUT_OF_MEMORY);
+            break;
+        }
+        made++;
+        fill(ctx, t[i], MiB, 10u + (unsigned)i, NULL);
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_CHECK(made >= 3 && made < 8);
+    /* Every tier full: bringing a tensor back needs a victim with room
+       below, so two go; then each comes back (the victims, read clean,
+       keep their copies below and leave for free) and reads intact. */
+    T_OK(gm_tensor_destroy(ctx, t[made - 1]));
+    T_OK(gm_tensor_destroy(ctx, t[made - 2]));
+    for (i = 0; i < made - 2; i++) verify(ctx, t[i], MiB, 10u + (unsigned)i, NULL);
+    for (i = 0; i < made - 2; i++) T_OK(gm_tensor_destroy(ctx, t[i])); /* room for the 2 MiB pair */
+    verify(ctx, a, 2 * MiB, 3, NULL);
+    verify(ctx, b, 2 * MiB, 4, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx)); /* tensors left live are released with the context */
+}
+
+/* The differential walk with a host tier far smaller than the tensors:
+   most of them end up on disk. */
+static void test_walk(long steps, gm_disk_io io, size_t dev, size_t host) {
+    gm_context* ctx = disk_ctx(dev, host, 0, io, GM_TOGGLE_DEFAULT);
+    gm_tier_stats ts = t_walk(ctx, steps, BIG_MAX, 1);
+    T_CHECK(ts.bytes_to_disk > 0 && ts.bytes_from_disk > 0 && ts.host_demotions > 0);
+    T_EQ(ts.disk_errors, 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.tensors, 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Bytes on disk at the end of the walk, before the tensors go: most. */
+static void test_walk_mostly_disk(void) {
+    gm_context* ctx = disk_ctx(8 * MiB, 8 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[200];
+    gm_tier_stats ts;
+    int i;
+    for (i = 0; i < 200; i++) {
+        size_t n = (size_t)(t_rand() % (512 * KiB)) + 1;
+        T_OK(gm_tensor_create(ctx, &t[i], n));
+        fill(ctx, t[i], n, (unsigned)i + 1, NULL);
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.disk_bytes > ts.host_bytes + ts.device_bytes);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_crc(void) {
+    static unsigned char buf[70000];
+    size_t i;
+    T_EQ(gm__crc32c(0, "123456789", 9), 0xE3069283u); /* the check value */
+    T_EQ(gm__crc32c(0, "", 0), 0);
+    for (i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(t_rand() >> 24);
+    for (i = 0; i < 40; i++) { /* hardware (if any) == tables, at any alignment and split */
+        size_t off = (size_t)(t_rand() % 64), len = (size_t)(t_rand() % 60000), cut = len ? (size_t)(t_rand() % len) : 0;
+        uint32_t whole = ~gm__crc32c_sw(~0u, buf + off, len);
+        T_EQ(gm__crc32c(0, buf + off, len), whole);
+        T_EQ(gm__crc32c(gm__crc32c(0, buf + off, cut), buf + off + cut, len - cut), whole);
+    }
+}
+
+int main(int argc, char** argv) {
+    const char* base = getenv("GM_TEST_DISK_DIR");
+    if (!t_sim) {
+        printf("skipped: the disk tests read device memory from the host (sim only)\n");
+        return 77;
+    }
+    snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
+    if (!mkdtemp(dir)) {
+        printf("FAIL: cannot make a directory %s\n", dir);
+        return 1;
+    }
+    test_crc();
+    test_file();
+    test_roundtrips(GM_DISK_IO_URING);
+    test_roundtrips(GM_DISK_IO_PREAD);
+    test_demotion();
+    test_faults(GM_DISK_IO_URING);
+    test_faults(GM_DISK_IO_PREAD);
+    test_checksum_off();
+    test_budget();
+    test_walk_mostly_disk();
+    test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
+    test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
+    T_EQ(dir_entries(), 0); /* nothing left behind */
+    T_EQ(rmdir(dir), 0);
+    return t_done();
+}
