@@ -10,7 +10,9 @@
     mmap and clock_gettime), or build with -D_GNU_SOURCE. Link with
     -pthread. The simulated backend ("sim") is always built; define
     GPUMEM_CUDA before the include (or with -DGPUMEM_CUDA) to build the CUDA
-    backend too, and link with -lcudart.
+    backend too, and link with -lcudart. Define GPUMEM_URING (and link with
+    -luring, Debian's liburing-dev) for the disk tier's io_uring path;
+    without it the disk tier uses pread/pwrite.
 
     Optional overrides, before the implementation include:
         GPUMEM_STATIC             make every public function static
@@ -103,8 +105,42 @@
     streams that use the tensor. A tensor is always in some tier, and a
     copy or allocation that fails leaves it where it was. When device and
     host are both full, desc.fallback (or desc.fallback_fn) may serve it
-    from managed memory; otherwise GM_ERR_OUT_OF_MEMORY. The NVMe tier
-    below the host is not built yet (GM_TIER_DISK is reserved for it).
+    from managed memory; otherwise GM_ERR_OUT_OF_MEMORY.
+
+    THE DISK TIER
+    =============
+    With desc.disk_dir (or disk_dir:PATH) set, the host tier is no longer
+    the floor: when it is full, host copies that another tier also holds
+    are dropped and the coldest others are written to a spill file, and a
+    tensor larger than the host tier goes from the device straight to disk.
+    gm_tensor_evict_to(ctx, t, GM_TIER_DISK) sends one there now. The file:
+      - one per context, created unlinked in disk_dir (O_TMPFILE, mode
+        0600): no other user can open it, and nothing is left after a crash;
+      - opened O_DIRECT (the page cache is bypassed; a file system that
+        refuses it, such as tmpfs, is used buffered, with a warning);
+      - reserved with fallocate 256 MiB at a time up to desc.disk_budget
+        (default: the free space at setup), so a full disk shows as
+        GM_ERR_DISK_FULL before any write, and the allocator's OOM path
+        follows when every tier is full;
+      - cut into extents by the same arena as the device and host pools,
+        aligned to the file system's direct-I/O alignment (4 KiB or more).
+    A transfer is cut into chunks (disk_chunk, 1 MiB) through pinned
+    staging slots, with up to disk_depth (32) chunks in flight: the copy of
+    the next chunks off the device, their CRC32C and the disk I/O overlap,
+    and each completion refills the queue. With GPUMEM_URING the I/O goes
+    through io_uring with the staging buffers and the file registered
+    (flags and registrations the kernel refuses are dropped one by one; a
+    kernel without io_uring gets pread/pwrite, with a warning); disk_io:
+    pread asks for pread/pwrite. Short transfers are resumed, every
+    completion is checked, and no I/O outlives the call that started it.
+    Each extent keeps a CRC32C of the tensor's bytes (disk_checksum:off
+    skips it), checked on read-back: a mismatch is GM_ERR_CHECKSUM naming
+    the tensor. A failed write (GM_ERR_IO, GM_ERR_DISK_FULL) leaves the
+    tensor where it was; a failed read leaves the disk copy, so a retry can
+    succeed. A copy below the device stays valid until the tensor is
+    released as written, so a clean tensor leaves the device for free.
+    Reads from disk are synchronous in the acquiring thread (prefetch too);
+    the copies onward to the device are queued on the copy stream.
 
     OPTIONS
     =======
@@ -125,6 +161,12 @@
       log:error|warn|info|debug   log_level            warn
       host_budget:16G     host_budget                  4 GiB
       fallback:fail|managed  fallback                  fail
+      disk_dir:/path      disk_dir                     no disk tier
+      disk_budget:64G     disk_budget                  free space at setup
+      disk_checksum:on|off  disk_checksum              on
+      disk_io:uring|pread disk_io                      uring if built, else pread
+      disk_depth:32       disk_depth (1..1024)         32
+      disk_chunk:1M       disk_chunk (4K..64M)         1 MiB
       sim_capacity:16G    sim.capacity                 16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
 
@@ -505,7 +547,9 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
      host copy is stale; a clean tensor with a host copy is evicted for free.
    gm_tensor_prefetch: starts bringing it to the device on the manager's copy
      stream; a later acquire on `stream` waits only for that copy.
-   gm_tensor_evict: moves a released tensor to the host tier now.
+   gm_tensor_evict: moves a released tensor off the device now: to the host
+     tier (whose coldest copies go to disk to make room, with a disk tier),
+     or straight to disk when the host tier cannot hold it.
    gm_tensor_set_priority: released tensors of lower priority go first;
      pinned ones (non-zero) never leave the device by eviction.
    Misuse (a destroyed handle, release without acquire, release on another
