@@ -910,6 +910,28 @@ static int gm__pick(const char* v, size_t vn, const char* const* words) {
     return 0;
 }
 
+/* The enum options: key, words, and a setter that fills the field if it is
+   still zero (the default). */
+#define GM__ENUM_SET(name, field, type) \
+    static void name(gm_desc* d, int w) { if (!d->field) d->field = (type)w; }
+GM__ENUM_SET(gm__set_backend, backend, gm_backend)
+GM__ENUM_SET(gm__set_expandable, expandable, gm_toggle)
+GM__ENUM_SET(gm__set_caching, caching, gm_toggle)
+GM__ENUM_SET(gm__set_fallback, fallback, gm_fallback)
+GM__ENUM_SET(gm__set_log, log_level, gm_log_level)
+GM__ENUM_SET(gm__set_disk_io, disk_io, gm_disk_io)
+GM__ENUM_SET(gm__set_disk_checksum, disk_checksum, gm_toggle)
+static const struct {
+    const char* key;
+    const char* const* words;
+    void (*set)(gm_desc* d, int w);
+} gm__enum_opts[] = {
+    {"backend", gm__w_backend, gm__set_backend},     {"expandable", gm__w_toggle, gm__set_expandable},
+    {"caching", gm__w_toggle, gm__set_caching},      {"fallback", gm__w_fallback, gm__set_fallback},
+    {"log", gm__w_log, gm__set_log},                 {"disk_io", gm__w_disk_io, gm__set_disk_io},
+    {"disk_checksum", gm__w_toggle, gm__set_disk_checksum},
+};
+
 /* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
    or value. */
 static int gm__apply_option(gm_desc* d, char* dir, const char* k, size_t kn, const char* v, size_t vn) {
@@ -917,28 +939,14 @@ static int gm__apply_option(gm_desc* d, char* dir, const char* k, size_t kn, con
     size_t bytes = 0;
     int frac = 0;
     int w;
-    if (gm__word_is(k, kn, "backend")) {
-        if (!(w = gm__pick(v, vn, gm__w_backend))) return 0;
-        if (!d->backend) d->backend = (gm_backend)w;
-    } else if (gm__word_is(k, kn, "expandable")) {
-        if (!(w = gm__pick(v, vn, gm__w_toggle))) return 0;
-        if (!d->expandable) d->expandable = (gm_toggle)w;
-    } else if (gm__word_is(k, kn, "caching")) {
-        if (!(w = gm__pick(v, vn, gm__w_toggle))) return 0;
-        if (!d->caching) d->caching = (gm_toggle)w;
-    } else if (gm__word_is(k, kn, "fallback")) {
-        if (!(w = gm__pick(v, vn, gm__w_fallback))) return 0;
-        if (!d->fallback) d->fallback = (gm_fallback)w;
-    } else if (gm__word_is(k, kn, "log")) {
-        if (!(w = gm__pick(v, vn, gm__w_log))) return 0;
-        if (!d->log_level) d->log_level = (gm_log_level)w;
-    } else if (gm__word_is(k, kn, "disk_io")) {
-        if (!(w = gm__pick(v, vn, gm__w_disk_io))) return 0;
-        if (!d->disk_io) d->disk_io = (gm_disk_io)w;
-    } else if (gm__word_is(k, kn, "disk_checksum")) {
-        if (!(w = gm__pick(v, vn, gm__w_toggle))) return 0;
-        if (!d->disk_checksum) d->disk_checksum = (gm_toggle)w;
-    } else if (gm__word_is(k, kn, "disk_dir")) {
+    size_t e;
+    for (e = 0; e < sizeof gm__enum_opts / sizeof gm__enum_opts[0]; e++) {
+        if (!gm__word_is(k, kn, gm__enum_opts[e].key)) continue;
+        if (!(w = gm__pick(v, vn, gm__enum_opts[e].words))) return 0;
+        gm__enum_opts[e].set(d, w);
+        return 1;
+    }
+    if (gm__word_is(k, kn, "disk_dir")) {
         if (!vn || vn >= GM__PATH) return 0;
         if (!d->disk_dir) {
             memcpy(dir, v, vn);
@@ -3804,7 +3812,7 @@ static int gm__disk_create(gm_context* ctx, const char* dir, int flags) {
     int fd;
 #ifdef O_TMPFILE
     fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC | flags, 0600);
-    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != ENOENT) || flags) return fd;
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd; /* those two: no O_TMPFILE here */
 #endif
     {
         char path[4096];
@@ -3814,7 +3822,7 @@ static int gm__disk_create(gm_context* ctx, const char* dir, int flags) {
             return -1;
         }
         old = umask(077);
-        fd = mkostemp(path, O_CLOEXEC);
+        fd = mkostemp(path, O_CLOEXEC | flags);
         umask(old);
         if (fd < 0) return -1;
         unlink(path);
@@ -4098,6 +4106,26 @@ static int gm__dio_step(gm_context* ctx, gm__disk* dk, gm_result* err) {
     return k;
 }
 
+/* Bytes of chunk i of a transfer of `bytes`. */
+static size_t gm__chunk_len(const gm__disk* dk, size_t bytes, size_t i) {
+    size_t at = i * dk->chunk;
+    return bytes - at < dk->chunk ? bytes - at : dk->chunk;
+}
+
+/* The end of a transfer: the slots are free for the next, the figures
+   counted. */
+static gm_result gm__disk_done(gm__disk* dk, gm_result err, size_t bytes, uint64_t t0, int64_t* moved, int64_t* ns) {
+    int i;
+    for (i = 0; i < dk->depth; i++) dk->slot[i].busy = dk->slot[i].io_done = 0;
+    if (err == GM_OK) {
+        *moved += (int64_t)bytes;
+        *ns += (int64_t)(gm__now_ns() - t0);
+    } else {
+        dk->errors++;
+    }
+    return err;
+}
+
 static void gm__dslot_start(gm__dslot* sl, int write, char* mem, uint64_t off, size_t len) {
     sl->busy = 1;
     sl->io_done = 0;
@@ -4124,7 +4152,7 @@ static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, con
         /* stage: queue the copies of the next chunks into free slots */
         while (err == GM_OK && staged < n && !dk->slot[staged % (size_t)dk->depth].busy) {
             gm__dslot* sl = &dk->slot[staged % (size_t)dk->depth];
-            size_t at = staged * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            size_t at = staged * dk->chunk, len = gm__chunk_len(dk, bytes, staged);
             char* mem = sl->buf;
             if (src_dev) {
                 err = ctx->be->copy(ctx, sl->buf, (const char*)src + at, len, GM_COPY_DEVICE_TO_HOST, copy);
@@ -4143,7 +4171,7 @@ static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, con
         /* send: in order, once staged, with the CRC of the chunk */
         while (err == GM_OK && sent < staged) {
             gm__dslot* sl = &dk->slot[sent % (size_t)dk->depth];
-            size_t at = sent * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            size_t len = gm__chunk_len(dk, bytes, sent);
             if (src_dev) {
                 if (dk->inflight > 0 && ctx->be->event_query(ctx, sl->ev) == GM_NOT_READY) break;
                 err = ctx->be->event_sync(ctx, sl->ev);
@@ -4164,14 +4192,7 @@ static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, con
             break;
         }
     }
-    for (staged = 0; staged < (size_t)dk->depth; staged++) dk->slot[staged].busy = 0;
-    if (err == GM_OK) {
-        dk->bytes_w += (int64_t)bytes;
-        dk->ns_w += (int64_t)(gm__now_ns() - t0);
-    } else {
-        dk->errors++;
-    }
-    return err;
+    return gm__disk_done(dk, err, bytes, t0, &dk->bytes_w, &dk->ns_w);
 }
 
 /* Reads `bytes` of the extent at `off` into dst (device memory, or managed
@@ -4188,7 +4209,7 @@ static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void
     while (err == GM_OK ? out < n : dk->inflight > 0) {
         while (err == GM_OK && sent < n && !dk->slot[sent % (size_t)dk->depth].busy) {
             gm__dslot* sl = &dk->slot[sent % (size_t)dk->depth];
-            size_t at = sent * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            size_t at = sent * dk->chunk, len = gm__chunk_len(dk, bytes, sent);
             if (sl->ev_pending) { /* its last copy out may still read it */
                 err = ctx->be->event_sync(ctx, sl->ev);
                 if (err != GM_OK) break;
@@ -4200,7 +4221,7 @@ static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void
         }
         while (err == GM_OK && out < sent && dk->slot[out % (size_t)dk->depth].io_done) {
             gm__dslot* sl = &dk->slot[out % (size_t)dk->depth];
-            size_t at = out * dk->chunk, len = bytes - at < dk->chunk ? bytes - at : dk->chunk;
+            size_t at = out * dk->chunk, len = gm__chunk_len(dk, bytes, out);
             if (dk->checksum) crc = gm__crc32c(crc, sl->buf, len);
             err = ctx->be->copy(ctx, (char*)dst + at, sl->buf, len, kind, copy);
             if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, copy);
@@ -4211,18 +4232,11 @@ static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void
         if (dk->inflight > 0) (void)gm__dio_step(ctx, dk, &err);
         else if (err != GM_OK) break;
     }
-    for (sent = 0; sent < (size_t)dk->depth; sent++) dk->slot[sent].busy = dk->slot[sent].io_done = 0;
     if (err == GM_OK && dk->checksum && crc != want) {
         dk->crc_fail++;
         err = GM_ERR_CHECKSUM;
     }
-    if (err == GM_OK) {
-        dk->bytes_r += (int64_t)bytes;
-        dk->ns_r += (int64_t)(gm__now_ns() - t0);
-    } else {
-        dk->errors++;
-    }
-    return err;
+    return gm__disk_done(dk, err, bytes, t0, &dk->bytes_r, &dk->ns_r);
 }
 
 /* >>tier ------------------------------------------------------------------
