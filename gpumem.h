@@ -1445,6 +1445,14 @@ static gm_result gm__sim_charge(gm_context* ctx, gm__sim* sim, size_t n) {
 }
 
 /* which: 0 device (counted against capacity), 1 pinned, 2 managed */
+static void gm__sim_uncount(gm__sim* sim, int which, size_t n) {
+    pthread_mutex_lock(&sim->mu);
+    if (which == 0) sim->used -= n;
+    else if (which == 1) sim->pinned -= n;
+    else sim->managed -= n;
+    pthread_mutex_unlock(&sim->mu);
+}
+
 static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which) {
     gm__sim* sim = GM__SIM(ctx);
     void* p;
@@ -1467,11 +1475,7 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
     p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         int e = errno;
-        pthread_mutex_lock(&sim->mu);
-        if (which == 0) sim->used -= n;
-        else if (which == 1) sim->pinned -= n;
-        else sim->managed -= n;
-        pthread_mutex_unlock(&sim->mu);
+        gm__sim_uncount(sim, which, n);
         gm__log(ctx, GM_LOG_WARN, "sim: mmap of %zu bytes failed: %s", n, strerror(e));
         return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
     }
@@ -1479,11 +1483,7 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
     if (!gm__map_put(&sim->maps, (uintptr_t)p, (void*)(uintptr_t)(n + 1))) {
         pthread_mutex_unlock(&sim->mu);
         munmap(p, n);
-        pthread_mutex_lock(&sim->mu);
-        if (which == 0) sim->used -= n;
-        else if (which == 1) sim->pinned -= n;
-        else sim->managed -= n;
-        pthread_mutex_unlock(&sim->mu);
+        gm__sim_uncount(sim, which, n);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&sim->mu);
@@ -1510,11 +1510,7 @@ static gm_result gm__sim_unmap(gm_context* ctx, void* p, size_t size, int which)
         gm__log(ctx, GM_LOG_ERROR, "sim: munmap(%p, %zu) failed: %s", p, n, strerror(errno));
         return GM_ERR_BACKEND;
     }
-    pthread_mutex_lock(&sim->mu);
-    if (which == 0) sim->used -= n;
-    else if (which == 1) sim->pinned -= n;
-    else sim->managed -= n;
-    pthread_mutex_unlock(&sim->mu);
+    gm__sim_uncount(sim, which, n);
     return GM_OK;
 }
 
