@@ -13,7 +13,7 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 B        := build
 
-.PHONY: all tools test test-sim test-cuda asan tsan demo bench compile-check clean
+.PHONY: all tools test test-sim test-cuda asan tsan demo caching bench compile-check clean
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -33,13 +33,13 @@ $(B)/cpp/compile_cpp: tests/compile_cpp.cc gpumem.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++11 -Wall -Wextra -Wpedantic -Werror -O1 -I. $< -o $@ $(LDLIBS)
 
-$(B)/demo: examples/demo.c gpumem.h
+$(B)/demo: examples/demo.c examples/spill_workload.h examples/plot.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
 
-$(B)/demo-cuda: examples/demo.c gpumem.h
+$(B)/demo-cuda: examples/demo.c examples/spill_workload.h examples/plot.h gpumem.h
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
 # The suite: every test on the sim backend, the C++ build, and the CUDA
 # build of every test (which skips itself where there is no device).
@@ -103,6 +103,14 @@ bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
 	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
 	$(B)/bench-spill $(B)/bench-spill.csv $(SPILL_DIR)
 	$(B)/bench-nvme $(SPILL_DIR) 1024 $(B)/bench-nvme.csv
+
+$(B)/caching: examples/caching.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# what the caching allocator buys on a training loop's requests, and where it stops
+caching: $(B)/caching
+	$(B)/caching
 
 demo: $(B)/demo
 	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi
