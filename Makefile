@@ -13,7 +13,7 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 B        := build
 
-.PHONY: all tools test test-sim test-cuda asan tsan demo caching bench compile-check clean
+.PHONY: all tools test test-sim test-cuda asan tsan demo caching bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -98,11 +98,19 @@ $(B)/bench-nvme: bench/nvme.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -I. $< -o $@ $(LDLIBS)
 
-bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme
+$(B)/bench-spill-vs-oom: bench/spill_vs_oom.c examples/spill_workload.h examples/plot.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom
 	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
 	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
 	$(B)/bench-spill $(B)/bench-spill.csv $(SPILL_DIR)
 	$(B)/bench-nvme $(SPILL_DIR) 1024 $(B)/bench-nvme.csv
+	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)
+
+bench-spill-vs-oom: $(B)/bench-spill-vs-oom
+	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)
 
 $(B)/caching: examples/caching.c gpumem.h
 	@mkdir -p $(dir $@)

@@ -118,14 +118,14 @@ static inline void plot_band(const plot* p, const double* xs, const double* lo, 
     fputs("\"/>\n", p->f);
 }
 
-/* A horizontal reference line across the panel, labelled at its right end. */
+/* A horizontal reference line across the panel, labelled at its left end. */
 static inline void plot_hline(const plot* p, double y, const char* color, const char* label) {
     if (!p->f) return;
     fprintf(p->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"6,3\"/>\n", p->x,
             plot_py(p, y), p->x + p->w, plot_py(p, y), color);
     if (label)
-        fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"%s\">%s</text>\n", p->x + p->w - 3,
-                plot_py(p, y) - 3, color, label);
+        fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", p->x + 4, plot_py(p, y) - 3, color,
+                label);
 }
 
 /* A cross at (x, y) with a label beside it: where a run failed. */
