@@ -13,7 +13,7 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 B        := build
 
-.PHONY: all tools test test-sim test-cuda asan tsan demo caching bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools test test-sim test-cuda asan tsan demo caching train-mlp bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -111,6 +111,28 @@ bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
 
 bench-spill-vs-oom: $(B)/bench-spill-vs-oom
 	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)
+
+$(B)/tensors: examples/tensors.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# train_mlp: C kernels on sim; the CUDA build adds cuBLAS and mlp_kernels.cu
+# (nvcc), and falls back to sim where there is no device.
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+$(B)/train_mlp: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(B)/mlp_kernels.o: examples/mlp_kernels.cu examples/mlp_kernels.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -Iexamples -c $< -o $@
+
+$(B)/train_mlp-cuda: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h gpumem.h $(B)/mlp_kernels.o
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< $(B)/mlp_kernels.o -o $@ $(LDLIBS) $(CUDA_LIB) -lcublas -lstdc++
+
+train-mlp: $(B)/train_mlp
+	@if [ -x $(NVCC) ] && $(MAKE) -s --no-print-directory $(B)/train_mlp-cuda >/dev/null 2>&1; then $(B)/train_mlp-cuda; else $(B)/train_mlp; fi
 
 $(B)/caching: examples/caching.c gpumem.h
 	@mkdir -p $(dir $@)
