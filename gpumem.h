@@ -84,7 +84,12 @@
       4. wait for the pending cross-stream events, search again, retry;
       5. ask the tier manager (when one is attached) to evict;
       6. call desc.oom_fn, which may free memory and ask for a retry;
-      7. fail with GM_ERR_OUT_OF_MEMORY, logging the requested size, the
+      7. with desc.fallback = GM_FALLBACK_MANAGED (or a desc.fallback_fn
+         that answers it), serve the request from unified memory,
+         prefetched to the device: the pointer works as any other and
+         gm_free releases it (after waiting for the device); counted in
+         num_managed_fallbacks;
+      8. fail with GM_ERR_OUT_OF_MEMORY, logging the requested size, the
          capacity and budget, what is allocated, what is reserved but
          unallocated, and what the device has free.
 
@@ -434,7 +439,8 @@ enum { GM_STAT_ALL = 0, GM_STAT_SMALL_POOL = 1, GM_STAT_LARGE_POOL = 2, GM_STAT_
     X(num_device_alloc)      \
     X(num_device_free)       \
     X(num_sync_all_streams)  \
-    X(num_oom_hook_calls)
+    X(num_oom_hook_calls)    \
+    X(num_managed_fallbacks)
 
 typedef struct gm_stats {
 #define GM__STAT_FIELD(name, is_bytes) gm_stat name[GM_STAT_POOLS];
@@ -776,6 +782,7 @@ struct gm_context {
     pthread_mutex_t mu;
     gm__arena pool[2];      /* 0: small, 1: large */
     gm__ptrmap map;         /* allocated blocks by address */
+    gm__ptrmap managed;     /* gm_alloc's unified-memory fallback: address -> bytes */
     gm__sstate* ss;
     uint32_t nss, capss, last_ss;
     size_t va_gran;         /* page size of expandable segments; 0: classic */
@@ -3044,8 +3051,43 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     return GM_OK;
 }
 
+/* Whether a request of `bytes` the device cannot hold goes to unified
+   memory: desc.fallback_fn decides, else desc.fallback. */
+static int gm__wants_managed(gm_context* ctx, size_t bytes) {
+    gm_fallback f = ctx->desc.fallback_fn ? ctx->desc.fallback_fn(ctx, bytes, ctx->desc.fallback_user) : ctx->desc.fallback;
+    return f == GM_FALLBACK_MANAGED;
+}
+
+/* The last rung for a plain allocation: unified memory, prefetched to the
+   device on `stream`, kept in ctx->managed so gm_free knows it. */
+static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+    void* p = NULL;
+    gm_result r;
+    if (!gm__wants_managed(ctx, size)) return GM_ERR_OUT_OF_MEMORY;
+    r = ctx->be->managed_alloc(ctx, &p, size);
+    if (r != GM_OK) {
+        gm__log(ctx, GM_LOG_ERROR, "out of memory: unified memory cannot serve %zu bytes either (%s)", size,
+                gm_result_string(r));
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    if (!gm__map_put(&ctx->managed, (uintptr_t)p, (void*)(uintptr_t)size)) {
+        pthread_mutex_unlock(&ctx->mu);
+        ctx->be->managed_free(ctx, p, size);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    ctx->stats.num_managed_fallbacks++;
+    pthread_mutex_unlock(&ctx->mu);
+    (void)ctx->be->managed_prefetch(ctx, p, size, 1, stream);
+    gm__log(ctx, GM_LOG_INFO, "gm_alloc: %zu bytes served by unified memory (the device is full)", size);
+    *out = p;
+    return GM_OK;
+}
+
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
-    return gm__alloc(ctx, out, size, stream, 0);
+    gm_result r = gm__alloc(ctx, out, size, stream, 0);
+    if (r == GM_ERR_OUT_OF_MEMORY) r = gm__alloc_managed(ctx, out, size, stream);
+    return r;
 }
 
 /* Why a pointer is not in the map: freed already, or never ours. */
@@ -3076,8 +3118,13 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_del(&ctx->map, (uintptr_t)ptr);
     if (!b) {
-        gm_result r = gm__diagnose(ctx, ptr, "gm_free");
+        size_t n = (size_t)(uintptr_t)gm__map_del(&ctx->managed, (uintptr_t)ptr);
+        gm_result r = n ? GM_OK : gm__diagnose(ctx, ptr, "gm_free");
         pthread_mutex_unlock(&ctx->mu);
+        if (n) { /* unified memory: freed once no stream can still use it */
+            ctx->be->device_sync(ctx);
+            r = ctx->be->managed_free(ctx, ptr, n);
+        }
         return r;
     }
     pl = (int)(b->seg->arena - ctx->pool);
@@ -3127,6 +3174,10 @@ GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stre
     if (!ctx || !ptr) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
+    if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr)) { /* unified memory: gm_free waits for the device */
+        pthread_mutex_unlock(&ctx->mu);
+        return GM_OK;
+    }
     if (!b) r = gm__diagnose(ctx, ptr, "gm_record_stream");
     else r = gm__ss_index(ctx, stream, &si);
     if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
@@ -3164,6 +3215,8 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (b) *size = b->size;
+    else if (gm__map_get(&ctx->managed, (uintptr_t)ptr))
+        *size = (size_t)(uintptr_t)gm__map_get(&ctx->managed, (uintptr_t)ptr);
     else r = gm__diagnose(ctx, ptr, "gm_block_size");
     pthread_mutex_unlock(&ctx->mu);
     return r;
@@ -3522,8 +3575,12 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     pthread_mutex_lock(&ctx->mu);
     ctx->be->device_sync(ctx);
     gm__process_pending(ctx, 1);
-    if (ctx->map.count)
-        gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them", ctx->map.count);
+    if (ctx->map.count + ctx->managed.count)
+        gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them",
+                ctx->map.count + ctx->managed.count);
+    for (i = 0; i < ctx->managed.cap; i++)
+        if (ctx->managed.keys[i])
+            ctx->be->managed_free(ctx, (void*)ctx->managed.keys[i], (size_t)(uintptr_t)ctx->managed.vals[i]);
     for (pl = 0; pl < 2; pl++) {
         gm__seg* s;
         for (s = ctx->pool[pl].segs; s; s = s->next) {
@@ -3539,6 +3596,8 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     GPUMEM_FREE(ctx->ss);
     GPUMEM_FREE(ctx->map.keys);
     GPUMEM_FREE(ctx->map.vals);
+    GPUMEM_FREE(ctx->managed.keys);
+    GPUMEM_FREE(ctx->managed.vals);
     if (ctx->trace && fclose(ctx->trace) != 0) gm__log(ctx, GM_LOG_WARN, "trace: write failed: %s", strerror(errno));
     pthread_mutex_unlock(&ctx->mu);
     ctx->be->shutdown(ctx);
@@ -4715,9 +4774,7 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     }
     x->dev = NULL;
     if (r != GM_ERR_OUT_OF_MEMORY || speculative) return r;
-    if ((ctx->desc.fallback_fn ? ctx->desc.fallback_fn(ctx, x->bytes, ctx->desc.fallback_user) : ctx->desc.fallback) !=
-        GM_FALLBACK_MANAGED)
-        return r;
+    if (!gm__wants_managed(ctx, x->bytes)) return r;
     r = ctx->be->managed_alloc(ctx, &x->managed, x->bytes);
     if (r != GM_OK) {
         x->managed = NULL;

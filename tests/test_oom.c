@@ -249,7 +249,72 @@ static void test_stream_gone_in_hook(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Rung 7: with the managed fallback, a request the device cannot hold is
+   served by unified memory; the pointer is freed, sized and recorded like
+   any other, and a fallback_fn may refuse case by case. */
+static gm_fallback only_small(gm_context* ctx, size_t bytes, void* user) {
+    (void)ctx, (void)user;
+    return bytes <= 16 * MiB ? GM_FALLBACK_MANAGED : GM_FALLBACK_FAIL;
+}
+static void test_managed_fallback(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void *a, *b, *c, *e;
+    size_t n = 0, i;
+    gm_stream s;
+    gm_stats x;
+    d.device_budget = 24 * MiB;
+    d.fallback = GM_FALLBACK_MANAGED;
+    ctx = t_setup(d);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &a, 20 * MiB, s));
+    T_OK(gm_alloc(ctx, &b, 12 * MiB + 5, s)); /* past the budget: unified memory */
+    x = st(ctx);
+    T_EQ(x.num_managed_fallbacks, 1);
+    T_EQ(x.num_ooms, 1); /* the ladder ran out before the fallback */
+    T_EQ(x.allocated_bytes[GM_STAT_ALL].current, (int64_t)(20 * MiB));
+    T_OK(gm_block_size(ctx, b, &n));
+    T_EQ(n, 12 * MiB + 5);
+    T_OK(gm_record_stream(ctx, b, NULL));
+    if (t_sim) { /* sim: unified memory is host memory */
+        memset(b, 0x3c, 12 * MiB + 5);
+        for (i = 0; i < 12 * MiB + 5 && ((unsigned char*)b)[i] == 0x3c; i++) {}
+        T_EQ(i, 12 * MiB + 5);
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, b));
+    T_EQ(gm_free(ctx, b), GM_ERR_FOREIGN_POINTER); /* gone: no longer ours */
+    T_OK(gm_alloc(ctx, &c, 8 * MiB, s));           /* unified again, left for shutdown */
+    T_EQ(st(ctx).num_managed_fallbacks, 2);
+    T_OK(gm_free(ctx, a));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx)); /* releases c, with a leak warning */
+    (void)c;
+
+    d.fallback = GM_FALLBACK_DEFAULT;
+    d.fallback_fn = only_small;
+    ctx = t_setup(d);
+    T_OK(gm_alloc(ctx, &a, 20 * MiB, NULL));
+    T_OK(gm_alloc(ctx, &b, 16 * MiB, NULL));
+    T_EQ(gm_alloc(ctx, &c, 17 * MiB, NULL), GM_ERR_OUT_OF_MEMORY);
+    T_EQ(st(ctx).num_managed_fallbacks, 1);
+    T_OK(gm_free(ctx, b));
+    T_OK(gm_free(ctx, a));
+    /* without a fallback, the ladder fails as before */
+    d.fallback_fn = NULL;
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+    ctx = t_setup(d);
+    T_OK(gm_alloc(ctx, &a, 20 * MiB, NULL));
+    T_EQ(gm_alloc(ctx, &e, 8 * MiB, NULL), GM_ERR_OUT_OF_MEMORY);
+    T_EQ(st(ctx).num_managed_fallbacks, 0);
+    T_OK(gm_free(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
+    test_managed_fallback();
     test_stream_gone_in_hook();
     test_release_then_retry();
     test_device_refuses();
