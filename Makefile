@@ -13,7 +13,7 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 B        := build
 
-.PHONY: all tools test test-sim test-cuda asan tsan demo caching train-mlp bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools test test-sim test-cuda asan tsan demo examples caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -40,6 +40,16 @@ $(B)/demo: examples/demo.c examples/spill_workload.h examples/plot.h gpumem.h
 $(B)/demo-cuda: examples/demo.c examples/spill_workload.h examples/plot.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+# The PyTorch allocator (examples/torch_allocator): only gm_torch_* is
+# exported. test_torch loads it from $(B).
+$(B)/libgm_torch.so: examples/torch_allocator/gm_torch.c gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -shared -fPIC -fvisibility=hidden -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+torch-allocator: $(B)/libgm_torch.so
+
+$(B)/sim/test_torch $(B)/cuda/test_torch: $(B)/libgm_torch.so
 
 # The suite: every test on the sim backend, the C++ build, and the CUDA
 # build of every test (which skips itself where there is no device).
@@ -71,6 +81,7 @@ compile-check:
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
 	g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $(URING) -I. -c $(B)/cc.cc -o $(B)/cc-gxx-uring.o
 	gcc $(WARN) -I. examples/basic.c -o $(B)/basic $(LDLIBS) && $(B)/basic >/dev/null
+	$(MAKE) --no-print-directory $(B)/train_mlp-cuda $(B)/demo-cuda $(B)/libgm_torch.so
 	gcc $(WARN) $(URING) -I. bench/spill.c -o $(B)/bench-spill-check $(LDLIBS)
 	gcc $(WARN) $(URING) -I. bench/nvme.c -o $(B)/bench-nvme-check $(LDLIBS)
 
@@ -130,6 +141,11 @@ $(B)/mlp_kernels.o: examples/mlp_kernels.cu examples/mlp_kernels.h
 $(B)/train_mlp-cuda: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h gpumem.h $(B)/mlp_kernels.o
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< $(B)/mlp_kernels.o -o $@ $(LDLIBS) $(CUDA_LIB) -lcublas -lstdc++
+
+# The examples that check themselves: each exits non-zero if its result is wrong.
+examples: $(B)/tensors $(B)/train_mlp $(B)/libgm_torch.so
+	$(B)/tensors
+	$(B)/train_mlp
 
 train-mlp: $(B)/train_mlp
 	@if [ -x $(NVCC) ] && $(MAKE) -s --no-print-directory $(B)/train_mlp-cuda >/dev/null 2>&1; then $(B)/train_mlp-cuda; else $(B)/train_mlp; fi

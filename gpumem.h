@@ -449,6 +449,7 @@ typedef struct gm_stats {
 #define GM__COUNTER_FIELD(name) int64_t name;
     GM_COUNTER_LIST(GM__COUNTER_FIELD)
 #undef GM__COUNTER_FIELD
+    int64_t managed_bytes; /* bytes gm_alloc serves from unified memory now (rung 7) */
 } gm_stats;
 
 /* The tiered manager's figures. */
@@ -2917,13 +2918,16 @@ static void gm__wait_all(gm_context* ctx) {
     ctx->stats.num_sync_all_streams++;
 }
 
+/* The OOM line: an error, or information when a fallback may still serve
+   the request (which logs an error itself if it does not). */
 static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
     char a[32], b[32], c[32], d[32], e[32], f[32];
     size_t fr = 0, tot = 0;
     int64_t alloc = ctx->stats.allocated_bytes[GM_STAT_ALL].current;
     int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+    int fallback = ctx->desc.fallback_fn || ctx->desc.fallback == GM_FALLBACK_MANAGED;
     if (ctx->be->mem_info(ctx, &fr, &tot) != GM_OK) fr = tot = 0;
-    gm__log(ctx, GM_LOG_ERROR,
+    gm__log(ctx, fallback ? GM_LOG_INFO : GM_LOG_ERROR,
             "out of memory: tried to allocate %s (%zu bytes, rounded to %zu); device capacity %s, budget %s; "
             "%s allocated; %s reserved but unallocated; %s free on the device",
             gm__fmt_bytes(a, sizeof a, (double)size), size, rsize, gm__fmt_bytes(b, sizeof b, (double)tot),
@@ -3063,7 +3067,11 @@ static int gm__wants_managed(gm_context* ctx, size_t bytes) {
 static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_stream stream) {
     void* p = NULL;
     gm_result r;
-    if (!gm__wants_managed(ctx, size)) return GM_ERR_OUT_OF_MEMORY;
+    if (!gm__wants_managed(ctx, size)) {
+        if (ctx->desc.fallback_fn)
+            gm__log(ctx, GM_LOG_ERROR, "out of memory: %zu bytes, and the fallback declined unified memory", size);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
     r = ctx->be->managed_alloc(ctx, &p, size);
     if (r != GM_OK) {
         gm__log(ctx, GM_LOG_ERROR, "out of memory: unified memory cannot serve %zu bytes either (%s)", size,
@@ -3077,6 +3085,7 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     ctx->stats.num_managed_fallbacks++;
+    ctx->stats.managed_bytes += (int64_t)size;
     pthread_mutex_unlock(&ctx->mu);
     (void)ctx->be->managed_prefetch(ctx, p, size, 1, stream);
     gm__log(ctx, GM_LOG_INFO, "gm_alloc: %zu bytes served by unified memory (the device is full)", size);
@@ -3120,6 +3129,7 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     if (!b) {
         size_t n = (size_t)(uintptr_t)gm__map_del(&ctx->managed, (uintptr_t)ptr);
         gm_result r = n ? GM_OK : gm__diagnose(ctx, ptr, "gm_free");
+        ctx->stats.managed_bytes -= (int64_t)n;
         pthread_mutex_unlock(&ctx->mu);
         if (n) { /* unified memory: freed once no stream can still use it */
             ctx->be->device_sync(ctx);
@@ -3329,6 +3339,7 @@ GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
 #define GM__SUMMARY_CTR(name) gm__bprintf(&b, "| %-26s| %12lld | %42s |\n", #name, (long long)st.name, "");
     GM_COUNTER_LIST(GM__SUMMARY_CTR)
 #undef GM__SUMMARY_CTR
+    if (st.managed_bytes) gm__bprintf(&b, "| %-26s| %12lld | %42s |\n", "managed_bytes", (long long)st.managed_bytes, "");
     gm__bprintf(&b, "%s", rule);
     if (cap && b.len >= cap) buf[cap - 1] = 0;
     return b.len;
@@ -4965,7 +4976,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     /* room: the device (evicting others if needed), else the host tier,
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
-    r = gm_alloc(ctx, &x->dev, bytes, NULL);
+    r = gm__alloc(ctx, &x->dev, bytes, NULL, 0); /* not gm_alloc: its own fallback would hide the tiers below */
     if (r == GM_ERR_OUT_OF_MEMORY) {
         x->dev = NULL;
         x->host = gm__host_room(ctx, tm, bytes, x);

@@ -271,6 +271,7 @@ static void test_managed_fallback(void) {
     T_OK(gm_alloc(ctx, &b, 12 * MiB + 5, s)); /* past the budget: unified memory */
     x = st(ctx);
     T_EQ(x.num_managed_fallbacks, 1);
+    T_EQ(x.managed_bytes, (int64_t)(12 * MiB + 5));
     T_EQ(x.num_ooms, 1); /* the ladder ran out before the fallback */
     T_EQ(x.allocated_bytes[GM_STAT_ALL].current, (int64_t)(20 * MiB));
     T_OK(gm_block_size(ctx, b, &n));
@@ -283,6 +284,7 @@ static void test_managed_fallback(void) {
     }
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_free(ctx, b));
+    T_EQ(st(ctx).managed_bytes, 0);
     T_EQ(gm_free(ctx, b), GM_ERR_FOREIGN_POINTER); /* gone: no longer ours */
     T_OK(gm_alloc(ctx, &c, 8 * MiB, s));           /* unified again, left for shutdown */
     T_EQ(st(ctx).num_managed_fallbacks, 2);
