@@ -33,11 +33,11 @@ $(B)/cpp/compile_cpp: tests/compile_cpp.cc gpumem.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++11 -Wall -Wextra -Wpedantic -Werror -O1 -I. $< -o $@ $(LDLIBS)
 
-$(B)/demo: examples/demo.c examples/spill_workload.h examples/plot.h gpumem.h
+$(B)/demo: examples/demo.c examples/spill_workload.h examples/plot.h examples/pick_backend.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
 
-$(B)/demo-cuda: examples/demo.c examples/spill_workload.h examples/plot.h gpumem.h
+$(B)/demo-cuda: examples/demo.c examples/spill_workload.h examples/plot.h examples/pick_backend.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
@@ -109,7 +109,7 @@ $(B)/bench-nvme: bench/nvme.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -I. $< -o $@ $(LDLIBS)
 
-$(B)/bench-spill-vs-oom: bench/spill_vs_oom.c examples/spill_workload.h examples/plot.h gpumem.h
+$(B)/bench-spill-vs-oom: bench/spill_vs_oom.c examples/spill_workload.h examples/plot.h examples/pick_backend.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
@@ -130,7 +130,7 @@ $(B)/tensors: examples/tensors.c gpumem.h
 # train_mlp: C kernels on sim; the CUDA build adds cuBLAS and mlp_kernels.cu
 # (nvcc), and falls back to sim where there is no device.
 NVCC ?= $(CUDA_HOME)/bin/nvcc
-$(B)/train_mlp: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h gpumem.h
+$(B)/train_mlp: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h examples/pick_backend.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
@@ -138,7 +138,7 @@ $(B)/mlp_kernels.o: examples/mlp_kernels.cu examples/mlp_kernels.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -Iexamples -c $< -o $@
 
-$(B)/train_mlp-cuda: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h gpumem.h $(B)/mlp_kernels.o
+$(B)/train_mlp-cuda: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h examples/pick_backend.h gpumem.h $(B)/mlp_kernels.o
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< $(B)/mlp_kernels.o -o $@ $(LDLIBS) $(CUDA_LIB) -lcublas -lstdc++
 

@@ -16,28 +16,13 @@
 #define GPUMEM_IMPLEMENTATION
 #include "../examples/spill_workload.h"
 #include "../examples/plot.h"
+#include "../examples/pick_backend.h"
 #include <math.h>
 
 static const double ratios[] = {0.5, 1.0, 1.5, 2.0, 3.0, 4.0};
 enum { NR = sizeof ratios / sizeof ratios[0] };
 static const wl_way ways[] = {WAY_RAW, WAY_CACHING, WAY_SPILL, WAY_UNIFIED};
 enum { NW = sizeof ways / sizeof ways[0] };
-
-static gm_backend pick_backend(void) {
-#ifdef GPUMEM_CUDA
-    gm_context* ctx;
-    gm_desc d;
-    memset(&d, 0, sizeof d);
-    d.ignore_env = 1;
-    d.backend = GM_BACKEND_CUDA;
-    if (gm_setup(&ctx, &d) == GM_OK) {
-        gm_shutdown(ctx);
-        return GM_BACKEND_CUDA;
-    }
-    printf("built with CUDA, but there is no usable CUDA device: the sim backend\n");
-#endif
-    return GM_BACKEND_SIM;
-}
 
 int main(int argc, char** argv) {
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-spill-vs-oom.csv";
@@ -47,15 +32,9 @@ int main(int argc, char** argv) {
     double xs[NR], ys[NW][NR], ymax = 1.1;
     FILE *csv = fopen(csv_path, "w"), *svg;
     int w, i;
-    memset(&p, 0, sizeof p);
-    p.layers = 12;
+    p = wl_defaults();
     p.steps = 5;
-    p.weight = 8 * WL_MIB;
-    p.state = 16 * WL_MIB;
-    p.act = 48 * WL_MIB;
-    p.host_budget = 256 * WL_MIB;
-    p.disk_dir = argc > 3 ? argv[3] : "/var/tmp";
-    p.link = 24e9;
+    if (argc > 3) p.disk_dir = argv[3];
     p.backend = pick_backend();
 
     p.budget = 4 * wl_peak_live(&p);

@@ -12,6 +12,7 @@
 #define GPUMEM_IMPLEMENTATION
 #include "spill_workload.h"
 #include "plot.h"
+#include "pick_backend.h"
 
 static const char* const tier_names[] = {"device", "host (pinned)", "disk (spill file)", "unified memory"};
 static const char* const tier_colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"};
@@ -67,37 +68,14 @@ static void draw(const char* path, const wl_params* p, wl_result* res) {
     printf("wrote %s (memory by tier over time, one panel per way)\n", path);
 }
 
-static gm_backend pick_backend(void) {
-#ifdef GPUMEM_CUDA
-    gm_context* ctx;
-    gm_desc d;
-    memset(&d, 0, sizeof d);
-    d.ignore_env = 1;
-    d.backend = GM_BACKEND_CUDA;
-    if (gm_setup(&ctx, &d) == GM_OK) {
-        gm_shutdown(ctx);
-        return GM_BACKEND_CUDA;
-    }
-    printf("backend: built with CUDA, but there is no usable CUDA device: running on the sim backend.\n");
-#endif
-    return GM_BACKEND_SIM;
-}
-
 int main(int argc, char** argv) {
     wl_params p;
     wl_result res[WAYS];
     int w, all_ok = 1;
     double mem_s;
-    memset(&p, 0, sizeof p);
-    p.layers = 12;
-    p.steps = 3;
-    p.weight = 8 * WL_MIB;
-    p.state = 16 * WL_MIB;
-    p.act = 48 * WL_MIB;
+    p = wl_defaults();
     p.budget = 448 * WL_MIB;
-    p.host_budget = 256 * WL_MIB;
-    p.disk_dir = argc > 1 ? argv[1] : "/var/tmp";
-    p.link = 24e9; /* PCIe 4.0 x16, each way */
+    if (argc > 1) p.disk_dir = argv[1];
     p.backend = pick_backend();
     p.timeline = 1;
 

@@ -81,6 +81,25 @@ static size_t wl_bytes(const wl_params* p, int kind) {
     return kind == WL_W || kind == WL_G ? p->weight : kind == WL_M ? p->state : p->act;
 }
 
+/* The demo's model (bench/spill_vs_oom runs the same): 12 layers of 8 MiB
+   weights, 16 MiB of Adam state, 48 MiB activations; a 256 MiB host tier,
+   the spill file in /var/tmp, a 24 GB/s link (PCIe 4.0 x16) on sim. The
+   budget and the number of steps are the caller's. */
+static wl_params wl_defaults(void) {
+    wl_params p;
+    memset(&p, 0, sizeof p);
+    p.layers = 12;
+    p.steps = 3;
+    p.weight = 8 * WL_MIB;
+    p.state = 16 * WL_MIB;
+    p.act = 48 * WL_MIB;
+    p.host_budget = 256 * WL_MIB;
+    p.disk_dir = "/var/tmp";
+    p.link = 24e9;
+    p.backend = GM_BACKEND_SIM;
+    return p;
+}
+
 static size_t wl_peak_live(const wl_params* p) {
     return (size_t)p->layers * (p->weight + p->state + p->act) + p->weight;
 }

@@ -18,6 +18,7 @@
 #include "gpumem.h"
 #include "mlp_kernels.h"
 #include "plot.h"
+#include "pick_backend.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,22 +337,6 @@ static outcome train(run* r, gm_backend backend, size_t budget) {
 }
 
 /* >>main ------------------------------------------------------------------*/
-static gm_backend pick_backend(void) {
-#ifdef GPUMEM_CUDA
-    gm_context* ctx;
-    gm_desc d;
-    memset(&d, 0, sizeof d);
-    d.ignore_env = 1;
-    d.backend = GM_BACKEND_CUDA;
-    if (gm_setup(&ctx, &d) == GM_OK) {
-        gm_shutdown(ctx);
-        return GM_BACKEND_CUDA;
-    }
-    printf("built with CUDA, but there is no usable CUDA device: sim backend, C kernels\n");
-#endif
-    return GM_BACKEND_SIM;
-}
-
 int main(int argc, char** argv) {
     static run runs[MAXRUNS];
     outcome out[MAXRUNS];
