@@ -492,7 +492,9 @@ GPUMEM_API void gm_log_stderr(gm_log_level level, const char* message, void* use
 /* The caching allocator.
    gm_alloc: *out receives a 512-byte aligned device pointer usable on
    `stream` (NULL: the default stream). size 0 gives *out = NULL and GM_OK.
-   Fails with GM_ERR_OUT_OF_MEMORY after the OOM ladder (see the manual),
+   Fails with GM_ERR_OUT_OF_MEMORY after the OOM ladder (see the manual;
+   with the managed fallback its last rung serves the request from unified
+   memory instead),
    GM_ERR_INVALID_STREAM for a stream the backend does not know, and
    GM_ERR_INVALID_ARGUMENT for NULL ctx or out. */
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream);
@@ -3448,6 +3450,23 @@ GPUMEM_API int gm_check(gm_context* ctx) {
     }
     GM_STAT_LIST(GM__CHECK_SUM)
 #undef GM__CHECK_SUM
+    { /* gm_alloc's unified-memory blocks: counted, and none is also a block */
+        int64_t m = 0;
+        for (i = 0; i < ctx->managed.cap; i++) {
+            if (!ctx->managed.keys[i]) continue;
+            m += (int64_t)(uintptr_t)ctx->managed.vals[i];
+            if (gm__map_get(&ctx->map, ctx->managed.keys[i])) {
+                gm__log(ctx, GM_LOG_ERROR, "check: %#lx is both a block and unified memory",
+                        (unsigned long)ctx->managed.keys[i]);
+                bad++;
+            }
+        }
+        if (m != ctx->stats.managed_bytes) {
+            gm__log(ctx, GM_LOG_ERROR, "check: unified-memory blocks hold %lld bytes, the statistics say %lld",
+                    (long long)m, (long long)ctx->stats.managed_bytes);
+            bad++;
+        }
+    }
     if ((int64_t)ctx->map.count != used_n[0] + used_n[1]) {
         gm__log(ctx, GM_LOG_ERROR, "check: %zu pointers mapped, %lld blocks in use", ctx->map.count,
                 (long long)(used_n[0] + used_n[1]));
