@@ -595,6 +595,61 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
    device-to-host (dir 1) links since setup, for achieved-rate figures. */
 GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes, uint64_t* busy_ns);
 
+/* Offset planning: the packer of the planned mode, usable on its own (no
+   context). A request needs `size` bytes while live in [start, end) of
+   some clock (for a training step: the indices of its allocation and its
+   free). gm_plan_pack gives each an offset, a multiple of `align` (0:
+   512), such that two requests live at the same time never overlap, in a
+   region as small as it can make it, and writes the region's size. Greedy
+   by size with best-fit offsets (TFLite's arena planner), under several
+   orders and then perturbed orders while that is cheap; the best kept.
+   GM_ERR_INVALID_ARGUMENT for NULL pointers, end <= start or a size of 0;
+   GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
+typedef struct gm_plan_req {
+    uint64_t size;
+    uint64_t start, end; /* live in [start, end) */
+    uint64_t offset;     /* out */
+} gm_plan_req;
+GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region);
+/* The checker: the number of pairs of requests live at the same time whose
+   ranges overlap, plus requests that end past `region`; 0 for a valid
+   plan, -1 for bad arguments. */
+GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t region);
+/* The largest sum of sizes live at one time: no plan is smaller. */
+GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n);
+
+/* Planned mode, for steps that repeat (a training loop):
+     gm_plan_begin(ctx);        // record this step's gm_alloc / gm_free
+     ...one step...
+     gm_plan_end(ctx);          // pack it (gm_plan_pack) into one region
+     for (;;) { gm_plan_step(ctx); ...one step... }
+   With the plan enabled (gm_plan_end enables it), the n-th gm_alloc after
+   gm_plan_step gets the n-th recorded request's offset in the region when
+   its size and stream match and no block still live overlaps it; anything
+   else (another size, an extra request, a block the program has not freed
+   yet) is a departure, served by the online allocator and counted. A
+   request that outlived the recorded step is always served online. When a
+   step's departures pass an eighth of the plan, the next gm_plan_step
+   records that step again and the one after it re-plans. Planned blocks
+   never overlap a live block, whatever the program does; gm_free,
+   gm_block_size and gm_record_stream accept them (a planned block used on
+   another stream makes its free wait for the device). */
+typedef struct gm_plan_stats {
+    int64_t requests;    /* in the plan */
+    int64_t planned;     /* of those, served from the region (freed within the step) */
+    int64_t hits;        /* requests served from the plan */
+    int64_t departures;  /* requests that departed from it (served online) */
+    int64_t online;      /* requests the plan leaves to the online allocator */
+    int64_t steps, replans;
+    int64_t region;      /* bytes of the plan's region */
+    int64_t peak_live;   /* the recorded step's peak of planned bytes live */
+} gm_plan_stats;
+GPUMEM_API gm_result gm_plan_begin(gm_context* ctx);
+GPUMEM_API gm_result gm_plan_end(gm_context* ctx);
+GPUMEM_API gm_result gm_plan_enable(gm_context* ctx, int on);
+GPUMEM_API gm_result gm_plan_step(gm_context* ctx);
+GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
+
 #ifdef __cplusplus
 }
 #endif
@@ -798,6 +853,7 @@ struct gm_context {
     /* the tier manager's seam: evict up to `bytes`; returns bytes freed */
     size_t (*tier_evict)(gm_context* ctx, size_t bytes, void* tier);
     void* tier;
+    void* plan;             /* planned mode (gm__plan), or NULL */
     void* disk;             /* the spill file (gm__disk), or NULL */
     char disk_dir[GM__PATH]; /* desc.disk_dir when it came from an option */
     FILE* trace;            /* capture: RMM's replay CSV */
@@ -2740,6 +2796,14 @@ static void gm__trace_row(gm_context* ctx, const char* action, uintptr_t p, size
             (double)(gm__now_ns() - ctx->t0) / 1e3, action, (unsigned long)p, size, (unsigned long)(uintptr_t)s);
 }
 
+/* planned mode (>>planned): 1 when it handled the call */
+static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream);
+static void gm__plan_note_alloc(gm_context* ctx, void* p, size_t size, gm_stream stream);
+static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* r);
+static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, int used_elsewhere);
+static void gm__plan_destroy(gm_context* ctx);
+static int gm__plan_check(gm_context* ctx);
+
 /* >>alloc -----------------------------------------------------------------
    The caching allocator. Invariants: a USED block is in the pointer map
    under its address and nowhere else; a PENDING block (freed, with
@@ -3096,8 +3160,12 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
 }
 
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
-    gm_result r = gm__alloc(ctx, out, size, stream, 0);
+    gm_result r;
+    if (ctx && out && size && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_alloc(ctx, out, size, stream))
+        return GM_OK;
+    r = gm__alloc(ctx, out, size, stream, 0);
     if (r == GM_ERR_OUT_OF_MEMORY) r = gm__alloc_managed(ctx, out, size, stream);
+    if (r == GM_OK && *out && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) gm__plan_note_alloc(ctx, *out, size, stream);
     return r;
 }
 
@@ -3126,6 +3194,10 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     int pl, ps;
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
+        gm_result pr;
+        if (gm__plan_free(ctx, ptr, &pr)) return pr;
+    }
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_del(&ctx->map, (uintptr_t)ptr);
     if (!b) {
@@ -3184,6 +3256,7 @@ GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stre
     uint32_t si, i;
     gm_result r;
     if (!ctx || !ptr) return GM_ERR_INVALID_ARGUMENT;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, NULL, 1)) return GM_OK;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr)) { /* unified memory: gm_free waits for the device */
@@ -3224,6 +3297,7 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
     gm__block* b;
     gm_result r = GM_OK;
     if (!ctx || !size) return GM_ERR_INVALID_ARGUMENT;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, size, 0)) return GM_OK;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (b) *size = b->size;
@@ -3450,6 +3524,7 @@ GPUMEM_API int gm_check(gm_context* ctx) {
     }
     GM_STAT_LIST(GM__CHECK_SUM)
 #undef GM__CHECK_SUM
+    bad += gm__plan_check(ctx);
     { /* gm_alloc's unified-memory blocks: counted, and none is also a block */
         int64_t m = 0;
         for (i = 0; i < ctx->managed.cap; i++) {
@@ -3601,6 +3676,7 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     uint32_t i;
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     gm__tier_shutdown(ctx);
+    gm__plan_destroy(ctx);
     gm__disk_close(ctx);
     pthread_mutex_lock(&ctx->mu);
     ctx->be->device_sync(ctx);
@@ -5319,6 +5395,657 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm);
     ctx->tier = NULL;
     ctx->tier_evict = NULL;
+}
+
+/* >>plan ------------------------------------------------------------------
+   Offsets for requests whose lifetimes are known. A packing's invariants:
+   - every offset is a multiple of align, and offset + size <= region;
+   - two requests whose lifetimes intersect have disjoint byte ranges
+     (gm_plan_check counts the pairs that do not).
+   gm__pack_order places the requests one by one in a given order: each
+   goes to the smallest gap (lowest offset on ties) left between the placed
+   requests live at the same time, else above all of them. The placed ones
+   are kept sorted by offset, so one pass finds every gap: O(n) a request,
+   O(n^2) a packing. gm_plan_pack tries several orders, then, while the
+   work stays small, perturbs the best order (a few swaps) and keeps what
+   packs no worse. */
+#ifndef GM__PLAN_WORK
+#define GM__PLAN_WORK 200000000u /* placements x placed, summed over the perturbed packings */
+#endif
+#ifndef GM__PLAN_ROUNDS
+#define GM__PLAN_ROUNDS 400u
+#endif
+typedef struct gm__pack {
+    gm_plan_req* r;
+    size_t n;
+    uint64_t* rs;      /* sizes rounded to the alignment */
+    uint64_t* off;     /* offsets of the packing in progress */
+    uint32_t* placed;  /* placed requests by offset */
+} gm__pack;
+
+static uint64_t gm__pack_order(gm__pack* pk, const uint32_t* order) {
+    const gm_plan_req* r = pk->r;
+    uint64_t top = 0;
+    size_t np = 0, k, i;
+    for (k = 0; k < pk->n; k++) {
+        uint32_t x = order[k];
+        uint64_t sz = pk->rs[x], s = r[x].start, e = r[x].end, prev = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+        size_t lo = 0, hi;
+        for (i = 0; i < np; i++) {
+            uint32_t y = pk->placed[i];
+            uint64_t o = pk->off[y];
+            if (r[y].start >= e || s >= r[y].end) continue; /* not live at the same time */
+            if (o > prev && o - prev >= sz && o - prev < best_gap) {
+                best_gap = o - prev;
+                best = prev;
+            }
+            if (o + pk->rs[y] > prev) prev = o + pk->rs[y];
+        }
+        pk->off[x] = best != UINT64_MAX ? best : prev;
+        if (pk->off[x] + sz > top) top = pk->off[x] + sz;
+        hi = np; /* insert by offset */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (pk->off[pk->placed[mid]] <= pk->off[x]) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(pk->placed + lo + 1, pk->placed + lo, (np - lo) * sizeof(uint32_t));
+        pk->placed[lo] = x;
+        np++;
+    }
+    return top;
+}
+
+/* The orders tried first: size, area (size x lifetime), lifetime, start. */
+static const gm_plan_req* gm__pack_reqs;
+static int gm__pack_key;
+static int gm__pack_cmp(const void* a, const void* b) {
+    const gm_plan_req *x = &gm__pack_reqs[*(const uint32_t*)a], *y = &gm__pack_reqs[*(const uint32_t*)b];
+    uint64_t lx = x->end - x->start, ly = y->end - y->start;
+    double ax = (double)x->size * (double)lx, ay = (double)y->size * (double)ly;
+    int c = 0;
+    switch (gm__pack_key) {
+    case 0: c = x->size != y->size ? (x->size > y->size ? -1 : 1) : lx != ly ? (lx > ly ? -1 : 1) : 0; break;
+    case 1: c = ax != ay ? (ax > ay ? -1 : 1) : 0; break;
+    case 2: c = lx != ly ? (lx > ly ? -1 : 1) : x->size != y->size ? (x->size > y->size ? -1 : 1) : 0; break;
+    default: c = x->start != y->start ? (x->start < y->start ? -1 : 1) : x->size != y->size ? (x->size > y->size ? -1 : 1) : 0;
+    }
+    if (c) return c;
+    return *(const uint32_t*)a < *(const uint32_t*)b ? -1 : *(const uint32_t*)a > *(const uint32_t*)b;
+}
+
+static pthread_mutex_t gm__pack_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no user pointer */
+
+GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
+    gm__pack pk;
+    uint32_t *order, *best_order;
+    uint64_t *best_off, best = UINT64_MAX, rng = 0x9E3779B97F4A7C15ull;
+    size_t i, key, rounds, work;
+    if (!reqs || !region || n > UINT32_MAX) return GM_ERR_INVALID_ARGUMENT;
+    *region = 0;
+    if (!align) align = GM__ROUND;
+    for (i = 0; i < n; i++)
+        if (reqs[i].end <= reqs[i].start || !reqs[i].size) return GM_ERR_INVALID_ARGUMENT;
+    if (!n) return GM_OK;
+    pk.r = reqs;
+    pk.n = n;
+    pk.rs = (uint64_t*)GPUMEM_MALLOC(n * sizeof(uint64_t));
+    pk.off = (uint64_t*)GPUMEM_MALLOC(n * sizeof(uint64_t));
+    best_off = (uint64_t*)GPUMEM_MALLOC(n * sizeof(uint64_t));
+    pk.placed = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
+    order = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
+    best_order = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
+    if (!pk.rs || !pk.off || !best_off || !pk.placed || !order || !best_order) {
+        GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off);
+        GPUMEM_FREE(pk.placed), GPUMEM_FREE(order), GPUMEM_FREE(best_order);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < n; i++) pk.rs[i] = (reqs[i].size + align - 1) / align * align;
+    for (key = 0; key < 4; key++) {
+        uint64_t top;
+        for (i = 0; i < n; i++) order[i] = (uint32_t)i;
+        pthread_mutex_lock(&gm__pack_mu);
+        gm__pack_reqs = reqs;
+        gm__pack_key = (int)key;
+        qsort(order, n, sizeof(uint32_t), gm__pack_cmp);
+        pthread_mutex_unlock(&gm__pack_mu);
+        top = gm__pack_order(&pk, order);
+        if (top < best) {
+            best = top;
+            memcpy(best_off, pk.off, n * sizeof(uint64_t));
+            memcpy(best_order, order, n * sizeof(uint32_t));
+        }
+    }
+    /* perturbed orders, while a packing costs little */
+    work = n * n;
+    rounds = n < 2 ? 0 : work > GM__PLAN_WORK ? 0 : GM__PLAN_WORK / work;
+    if (rounds > GM__PLAN_ROUNDS) rounds = GM__PLAN_ROUNDS;
+    for (key = 0; key < rounds; key++) {
+        uint64_t top;
+        size_t swaps = 1 + key % 4, j;
+        memcpy(order, best_order, n * sizeof(uint32_t));
+        for (j = 0; j < swaps; j++) { /* swap two requests, near or anywhere */
+            size_t a, b;
+            uint32_t t;
+            rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+            a = (size_t)((rng * 2685821657736338717ull) >> 33) % n;
+            b = (key & 1) ? (size_t)(rng % n) : a >= 8 ? a - 1 - (size_t)(rng % 8) : 0;
+            t = order[a], order[a] = order[b], order[b] = t;
+        }
+        top = gm__pack_order(&pk, order);
+        if (top <= best) {
+            best = top;
+            memcpy(best_off, pk.off, n * sizeof(uint64_t));
+            memcpy(best_order, order, n * sizeof(uint32_t));
+        }
+    }
+    for (i = 0; i < n; i++) reqs[i].offset = best_off[i];
+    *region = best;
+    GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off);
+    GPUMEM_FREE(pk.placed), GPUMEM_FREE(order), GPUMEM_FREE(best_order);
+    return GM_OK;
+}
+
+/* Requests sorted by start; each is compared with those that start before
+   it ends. */
+static const gm_plan_req* gm__chk_reqs;
+static int gm__chk_cmp(const void* a, const void* b) {
+    uint64_t x = gm__chk_reqs[*(const uint32_t*)a].start, y = gm__chk_reqs[*(const uint32_t*)b].start;
+    return x < y ? -1 : x > y;
+}
+
+GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t region) {
+    uint32_t* ix;
+    long long bad = 0;
+    size_t i, j;
+    if ((!reqs && n) || n > UINT32_MAX) return -1;
+    if (!n) return 0;
+    ix = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
+    if (!ix) return -1;
+    for (i = 0; i < n; i++) ix[i] = (uint32_t)i;
+    pthread_mutex_lock(&gm__pack_mu);
+    gm__chk_reqs = reqs;
+    qsort(ix, n, sizeof(uint32_t), gm__chk_cmp);
+    pthread_mutex_unlock(&gm__pack_mu);
+    for (i = 0; i < n; i++) {
+        const gm_plan_req* a = &reqs[ix[i]];
+        if (a->offset + a->size > region || a->offset + a->size < a->offset) bad++;
+        for (j = i + 1; j < n && reqs[ix[j]].start < a->end; j++) {
+            const gm_plan_req* b = &reqs[ix[j]];
+            if (a->offset < b->offset + b->size && b->offset < a->offset + a->size) bad++;
+        }
+    }
+    GPUMEM_FREE(ix);
+    return bad;
+}
+
+/* Sweep over 2n events in time order, frees before allocations at one
+   time (a request ending at t and one starting at t may share bytes). */
+typedef struct gm__pev {
+    uint64_t t;
+    int64_t d;
+} gm__pev;
+static int gm__pev_cmp(const void* a, const void* b) {
+    const gm__pev *x = (const gm__pev*)a, *y = (const gm__pev*)b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return (x->d > 0) - (y->d > 0);
+}
+
+GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n) {
+    gm__pev* ev;
+    int64_t live = 0, peak = 0;
+    size_t i;
+    if (!reqs || !n) return 0;
+    ev = (gm__pev*)GPUMEM_MALLOC(2 * n * sizeof(gm__pev));
+    if (!ev) return 0;
+    for (i = 0; i < n; i++) {
+        ev[2 * i].t = reqs[i].start, ev[2 * i].d = (int64_t)reqs[i].size;
+        ev[2 * i + 1].t = reqs[i].end, ev[2 * i + 1].d = -(int64_t)reqs[i].size;
+    }
+    qsort(ev, 2 * n, sizeof(gm__pev), gm__pev_cmp);
+    for (i = 0; i < 2 * n; i++) {
+        live += ev[i].d;
+        if (live > peak) peak = live;
+    }
+    GPUMEM_FREE(ev);
+    return (uint64_t)peak;
+}
+
+/* >>planned ---------------------------------------------------------------
+   Serving repeating steps from a plan. Everything here is under ctx->mu.
+   Invariants:
+   - a planned request k is live (live[k]) exactly when its address,
+     base + off[k], is in livemap (-> k + 1), and nlive counts them;
+   - no two live planned requests overlap: k is served only when none of
+     conf[k] (the requests whose bytes overlap k's) is live;
+   - the region is one block of the caching allocator, held while the plan
+     exists, and is not given back while a planned block is live;
+   - a live planned block is "carried" when it was served before the last
+     gm_plan_step, "overdue" when the cursor has passed the point where the
+     recording freed it; carried and overdue count them. A live block that
+     is neither was live beside k in the recording too, so it cannot
+     overlap k: only when carried or overdue is non-zero are k's conflicts
+     looked at (the fast path is O(1));
+   - while recording, recmap holds the recorded blocks still live
+     (address -> index + 1) and serving is off. */
+typedef struct gm__prec {
+    uint64_t size, start, end; /* end 0: not freed within the recording */
+    uint64_t end_alloc;        /* allocations recorded before its free */
+    gm_stream stream;
+} gm__prec;
+
+typedef struct gm__plan {
+    int recording, enabled, rerecord;
+    gm__prec* rec;
+    size_t nrec, caprec;
+    uint64_t clock;
+    gm__ptrmap recmap;
+    size_t n;                     /* requests of a step */
+    uint64_t *size, *off;
+    uint8_t *online, *live, *elsewhere;
+    uint32_t *cstart, *conf;      /* the conflicts of k: conf[cstart[k] .. cstart[k + 1]) */
+    uint32_t *dstart, *due;       /* due at cursor k: due[dstart[k] .. dstart[k + 1]) */
+    uint32_t* gen;                /* the step a live planned block was served in */
+    uint8_t* late;                /* counted in overdue */
+    uint32_t step_gen;
+    size_t carried, overdue;
+    gm_stream stream;
+    void* base;
+    uint64_t region;
+    size_t cursor, nlive;
+    int64_t step_departures;
+    gm__ptrmap livemap;
+    gm_plan_stats st;
+} gm__plan;
+
+static void gm__plan_drop_arrays(gm__plan* pl) {
+    GPUMEM_FREE(pl->size), GPUMEM_FREE(pl->off), GPUMEM_FREE(pl->online), GPUMEM_FREE(pl->live);
+    GPUMEM_FREE(pl->elsewhere), GPUMEM_FREE(pl->cstart), GPUMEM_FREE(pl->conf);
+    GPUMEM_FREE(pl->dstart), GPUMEM_FREE(pl->due), GPUMEM_FREE(pl->gen), GPUMEM_FREE(pl->late);
+    pl->size = pl->off = NULL;
+    pl->online = pl->live = pl->elsewhere = pl->late = NULL;
+    pl->cstart = pl->conf = pl->dstart = pl->due = pl->gen = NULL;
+    pl->n = 0;
+}
+
+static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+    gm__plan* pl;
+    size_t k;
+    uint32_t c;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (!pl || !pl->enabled || !pl->base) goto online;
+    k = pl->cursor++;
+    if (k < pl->n) /* blocks the recording had freed by now */
+        for (c = pl->dstart[k]; c < pl->dstart[k + 1]; c++) {
+            uint32_t j = pl->due[c];
+            if (pl->live[j] && pl->gen[j] == pl->step_gen && !pl->late[j]) {
+                pl->late[j] = 1;
+                pl->overdue++;
+            }
+        }
+    if (k >= pl->n || pl->size[k] != size || stream != pl->stream) goto departure;
+    if (pl->online[k]) {
+        pl->st.online++;
+        goto online;
+    }
+    if (pl->carried || pl->overdue) { /* something lives longer than it did: look */
+        if (pl->live[k]) goto departure; /* its last step's block was never freed */
+        for (c = pl->cstart[k]; c < pl->cstart[k + 1]; c++)
+            if (pl->live[pl->conf[c]]) goto departure; /* its bytes are still in use */
+    }
+    if (!gm__map_put(&pl->livemap, (uintptr_t)pl->base + pl->off[k], (void*)(uintptr_t)(k + 1))) goto departure;
+    pl->live[k] = 1;
+    pl->gen[k] = pl->step_gen;
+    pl->nlive++;
+    pl->st.hits++;
+    *out = (char*)pl->base + pl->off[k];
+    pthread_mutex_unlock(&ctx->mu);
+    return 1;
+departure:
+    pl->st.departures++;
+    pl->step_departures++;
+online:
+    pthread_mutex_unlock(&ctx->mu);
+    return 0;
+}
+
+static void gm__plan_note_alloc(gm_context* ctx, void* p, size_t size, gm_stream stream) {
+    gm__plan* pl;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (pl && pl->recording) {
+        if (pl->nrec == pl->caprec) {
+            size_t cap = pl->caprec ? 2 * pl->caprec : 1024;
+            gm__prec* n = (gm__prec*)gm__grow_array(pl->rec, pl->caprec * sizeof(gm__prec), cap * sizeof(gm__prec));
+            if (!n) goto out; /* not recorded: it will be a departure */
+            pl->rec = n;
+            pl->caprec = cap;
+        }
+        if (gm__map_put(&pl->recmap, (uintptr_t)p, (void*)(uintptr_t)(pl->nrec + 1))) {
+            gm__prec* r = &pl->rec[pl->nrec++];
+            r->size = size;
+            r->start = ++pl->clock;
+            r->end = 0;
+            r->stream = stream;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ctx->mu);
+}
+
+static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* res) {
+    gm__plan* pl;
+    uintptr_t v;
+    int sync = 0;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    v = pl ? (uintptr_t)gm__map_del(&pl->livemap, (uintptr_t)ptr) : 0;
+    if (v) {
+        size_t k = v - 1;
+        pl->live[k] = 0;
+        pl->nlive--;
+        if (pl->gen[k] != pl->step_gen) pl->carried--;
+        else if (pl->late[k]) pl->overdue--;
+        pl->late[k] = 0;
+        sync = pl->elsewhere[k];
+        pl->elsewhere[k] = 0;
+    } else if (pl && pl->recording) {
+        uintptr_t i = (uintptr_t)gm__map_del(&pl->recmap, (uintptr_t)ptr);
+        if (i) pl->rec[i - 1].end = ++pl->clock, pl->rec[i - 1].end_alloc = pl->nrec;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    if (sync) ctx->be->device_sync(ctx); /* another stream used it: wait before its bytes are reused */
+    *res = GM_OK;
+    return v != 0;
+}
+
+static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, int used_elsewhere) {
+    gm__plan* pl;
+    uintptr_t v;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    v = pl ? (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)ptr) : 0;
+    if (v && size) *size = gm__round_req((size_t)pl->size[v - 1]);
+    if (v && used_elsewhere) pl->elsewhere[v - 1] = 1;
+    pthread_mutex_unlock(&ctx->mu);
+    return v != 0;
+}
+
+/* Live planned blocks: in the region, counted, and disjoint. With mu held. */
+static int gm__plan_check(gm_context* ctx) {
+    gm__plan* pl = (gm__plan*)ctx->plan;
+    size_t k, live = 0;
+    int bad = 0;
+    uint32_t c;
+    if (!pl) return 0;
+    for (k = 0; k < pl->n; k++) {
+        if (!pl->live[k]) continue;
+        live++;
+        if (pl->off[k] + pl->size[k] > pl->region ||
+            (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)pl->base + pl->off[k]) != k + 1) {
+            gm__log(ctx, GM_LOG_ERROR, "check: planned request %zu is not where the plan put it", k);
+            bad++;
+        }
+        for (c = pl->cstart[k]; c < pl->cstart[k + 1]; c++)
+            if (pl->live[pl->conf[c]]) {
+                gm__log(ctx, GM_LOG_ERROR, "check: planned requests %zu and %u overlap and are both live", k,
+                        pl->conf[c]);
+                bad++;
+            }
+    }
+    {
+        size_t carried = 0, overdue = 0;
+        for (k = 0; k < pl->n; k++) {
+            carried += pl->live[k] && pl->gen[k] != pl->step_gen;
+            overdue += pl->live[k] && pl->gen[k] == pl->step_gen && pl->late[k];
+        }
+        if (carried != pl->carried || overdue != pl->overdue) {
+            gm__log(ctx, GM_LOG_ERROR, "check: %zu carried and %zu overdue planned blocks, counted %zu and %zu", carried,
+                    overdue, pl->carried, pl->overdue);
+            bad++;
+        }
+    }
+    if (live != pl->nlive || live != pl->livemap.count) {
+        gm__log(ctx, GM_LOG_ERROR, "check: %zu planned blocks live, counted %zu, mapped %zu", live, pl->nlive,
+                pl->livemap.count);
+        bad++;
+    }
+    return bad;
+}
+
+static gm__plan* gm__plan_get(gm_context* ctx) {
+    gm__plan* pl = (gm__plan*)ctx->plan;
+    if (pl) return pl;
+    pl = (gm__plan*)GPUMEM_MALLOC(sizeof *pl);
+    if (!pl) return NULL;
+    memset(pl, 0, sizeof *pl);
+    __atomic_store_n(&ctx->plan, (void*)pl, __ATOMIC_RELEASE);
+    return pl;
+}
+
+/* Starts a recording (with mu held): serving stops, and the old region,
+   when nothing of it is live, is returned (*old) so the recorded step sees
+   the memory it will have. */
+static void gm__plan_record(gm__plan* pl, void** old) {
+    size_t i;
+    pl->recording = 1;
+    pl->enabled = 0;
+    pl->nrec = 0;
+    pl->clock = 0;
+    for (i = 0; i < pl->recmap.cap; i++) pl->recmap.keys[i] = 0;
+    pl->recmap.count = 0;
+    *old = NULL;
+    if (!pl->nlive) {
+        *old = pl->base;
+        pl->base = NULL;
+    }
+}
+
+GPUMEM_API gm_result gm_plan_begin(gm_context* ctx) {
+    gm__plan* pl;
+    void* old = NULL;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    pl = gm__plan_get(ctx);
+    if (pl) gm__plan_record(pl, &old);
+    pthread_mutex_unlock(&ctx->mu);
+    if (old) gm_free(ctx, old);
+    return pl ? GM_OK : GM_ERR_HOST_OUT_OF_MEMORY;
+}
+
+/* Packs the recording and installs the plan (called without mu). */
+static gm_result gm__plan_build(gm_context* ctx) {
+    gm__plan* pl;
+    gm_plan_req* q = NULL;
+    gm__prec* rec;
+    size_t n, i, j, m = 0, nc = 0;
+    uint64_t region = 0;
+    gm_stream stream = NULL;
+    void* base = NULL;
+    gm_result r = GM_OK;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (!pl || !pl->recording) {
+        pthread_mutex_unlock(&ctx->mu);
+        return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_end: nothing is being recorded");
+    }
+    if (pl->nlive) {
+        pthread_mutex_unlock(&ctx->mu);
+        return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_end: %zu blocks of the old plan are still live", pl->nlive);
+    }
+    pl->recording = 0;
+    pl->enabled = 0;
+    n = pl->nrec;
+    rec = pl->rec; /* only gm_plan_begin touches it again */
+    base = pl->base; /* the old region goes first: nothing of it is live */
+    pl->base = NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    if (base) gm_free(ctx, base);
+    base = NULL;
+    q = (gm_plan_req*)GPUMEM_MALLOC((n ? n : 1) * sizeof *q);
+    if (!q) return GM_ERR_HOST_OUT_OF_MEMORY;
+    for (i = 0; i < n; i++) { /* the planned ones: freed in the step, on the first request's stream */
+        if (!rec[i].end) continue;
+        if (!m) stream = rec[i].stream;
+        if (rec[i].stream != stream) continue;
+        q[m].size = rec[i].size, q[m].start = rec[i].start, q[m].end = rec[i].end, q[m].offset = i;
+        m++;
+    }
+    {
+        uint64_t* idx = (uint64_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint64_t));
+        if (!idx) r = GM_ERR_HOST_OUT_OF_MEMORY;
+        for (i = 0; idx && i < m; i++) idx[i] = q[i].offset; /* gm_plan_pack overwrites it */
+        if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
+        if (r == GM_OK && m) r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
+        /* conflicts: planned pairs whose bytes overlap (their lifetimes do not) */
+        for (i = 0; r == GM_OK && i < m; i++)
+            for (j = 0; j < m; j++)
+                if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size) nc++;
+        if (r == GM_OK) { /* install: arrays by request index of the step */
+            uint64_t *sz = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t)), *off = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t));
+            uint8_t *onl = (uint8_t*)GPUMEM_MALLOC(n + 1), *live = (uint8_t*)GPUMEM_MALLOC(n + 1), *els = (uint8_t*)GPUMEM_MALLOC(n + 1);
+            uint32_t* cs = (uint32_t*)GPUMEM_MALLOC((n + 2) * sizeof(uint32_t));
+            uint32_t* cf = (uint32_t*)GPUMEM_MALLOC((nc + 1) * sizeof(uint32_t));
+            uint32_t* ds = (uint32_t*)GPUMEM_MALLOC((n + 2) * sizeof(uint32_t));
+            uint32_t* du = (uint32_t*)GPUMEM_MALLOC((m + 1) * sizeof(uint32_t));
+            uint32_t* gen = (uint32_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint32_t));
+            uint8_t* late = (uint8_t*)GPUMEM_MALLOC(n + 1);
+            if (!sz || !off || !onl || !live || !els || !cs || !cf || !ds || !du || !gen || !late) {
+                GPUMEM_FREE(sz), GPUMEM_FREE(off), GPUMEM_FREE(onl), GPUMEM_FREE(live), GPUMEM_FREE(els);
+                GPUMEM_FREE(cs), GPUMEM_FREE(cf), GPUMEM_FREE(ds), GPUMEM_FREE(du), GPUMEM_FREE(gen), GPUMEM_FREE(late);
+                r = GM_ERR_HOST_OUT_OF_MEMORY;
+            } else {
+                size_t c = 0, pos = 0;
+                for (i = 0; i < n; i++) sz[i] = rec[i].size, off[i] = 0, onl[i] = 1, live[i] = els[i] = 0, cs[i] = 0;
+                for (i = 0; i < m; i++) off[idx[i]] = q[i].offset, onl[idx[i]] = 0;
+                /* the conflicts, laid out by request index: counts, starts, entries */
+                for (i = 0; i < m; i++) {
+                    for (j = 0, c = 0; j < m; j++)
+                        if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size) c++;
+                    cs[idx[i]] = (uint32_t)c;
+                }
+                for (i = 0; i <= n; i++) {
+                    size_t t = i < n ? cs[i] : 0;
+                    cs[i] = (uint32_t)pos;
+                    pos += t;
+                }
+                for (i = 0; i < m; i++)
+                    for (j = 0, c = cs[idx[i]]; j < m; j++)
+                        if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size)
+                            cf[c++] = (uint32_t)idx[j];
+                /* due lists: planned requests by the cursor at which the recording
+                   had freed them (end_alloc in 0..n: n + 1 buckets) */
+                for (i = 0; i < n; i++) gen[i] = 0, late[i] = 0;
+                for (i = 0; i <= n + 1; i++) ds[i] = 0;
+                for (i = 0; i < m; i++) ds[(rec[idx[i]].end_alloc < n ? rec[idx[i]].end_alloc : n) + 1]++;
+                for (i = 1; i <= n + 1; i++) ds[i] += ds[i - 1]; /* ds[p]: where bucket p starts */
+                for (i = 0; i < m; i++) { /* fill, using ds[p] as bucket p's cursor ... */
+                    size_t e = rec[idx[i]].end_alloc < n ? rec[idx[i]].end_alloc : n;
+                    du[ds[e]++] = (uint32_t)idx[i];
+                }
+                for (i = n + 1; i > 0; i--) ds[i] = ds[i - 1]; /* ... then shift back */
+                ds[0] = 0;
+                pthread_mutex_lock(&ctx->mu);
+                gm__plan_drop_arrays(pl);
+                pl->n = n, pl->size = sz, pl->off = off, pl->online = onl, pl->live = live, pl->elsewhere = els;
+                pl->cstart = cs, pl->conf = cf, pl->dstart = ds, pl->due = du, pl->gen = gen, pl->late = late;
+                pl->carried = pl->overdue = 0;
+                pl->base = base, pl->region = region, pl->stream = stream;
+                pl->cursor = 0, pl->nlive = 0, pl->step_departures = 0;
+                pl->enabled = 1;
+                pl->st.requests = (int64_t)n;
+                pl->st.planned = (int64_t)m;
+                pl->st.region = (int64_t)region;
+                pl->st.peak_live = (int64_t)gm_plan_peak_live(q, m);
+                pthread_mutex_unlock(&ctx->mu);
+                base = NULL;
+                gm__log(ctx, GM_LOG_INFO, "plan: %zu requests, %zu planned into %llu bytes (peak live %lld)", n, m,
+                        (unsigned long long)region, (long long)pl->st.peak_live);
+            }
+        }
+        GPUMEM_FREE(idx);
+    }
+    if (base) gm_free(ctx, base);
+    GPUMEM_FREE(q);
+    return r;
+}
+
+GPUMEM_API gm_result gm_plan_end(gm_context* ctx) {
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    return gm__plan_build(ctx);
+}
+
+GPUMEM_API gm_result gm_plan_enable(gm_context* ctx, int on) {
+    gm__plan* pl;
+    gm_result r = GM_OK;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (!pl || !pl->base) r = on ? GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_enable: there is no plan") : GM_OK;
+    else pl->enabled = on != 0;
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_plan_step(gm_context* ctx) {
+    gm__plan* pl;
+    void* old = NULL;
+    int build = 0;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (pl) {
+        pl->st.steps++;
+        if (pl->recording && pl->rerecord) { /* the re-recorded step is over: plan it */
+            pl->rerecord = 0;
+            build = 1;
+        } else if (pl->enabled && pl->step_departures * 8 > (int64_t)pl->n && !pl->nlive) {
+            gm__plan_record(pl, &old); /* too many departures: record this step, plan at the next */
+            pl->rerecord = 1;
+        }
+        pl->cursor = 0;
+        pl->step_departures = 0;
+        pl->step_gen++;
+        pl->carried = pl->nlive; /* what is still live was served in an earlier step */
+        pl->overdue = 0;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    if (old) gm_free(ctx, old);
+    if (build) {
+        gm_result r = gm__plan_build(ctx);
+        if (r == GM_OK) {
+            pthread_mutex_lock(&ctx->mu);
+            pl->st.replans++;
+            pthread_mutex_unlock(&ctx->mu);
+        }
+        return r;
+    }
+    return GM_OK;
+}
+
+GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out) {
+    gm__plan* pl;
+    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (pl) *out = pl->st;
+    else memset(out, 0, sizeof *out);
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
+}
+
+static void gm__plan_destroy(gm_context* ctx) {
+    gm__plan* pl = (gm__plan*)ctx->plan;
+    if (!pl) return;
+    if (pl->nlive) gm__log(ctx, GM_LOG_WARN, "shutdown: %zu planned blocks were never freed", pl->nlive);
+    __atomic_store_n(&ctx->plan, NULL, __ATOMIC_RELEASE);
+    if (pl->base) gm_free(ctx, pl->base);
+    gm__plan_drop_arrays(pl);
+    GPUMEM_FREE(pl->rec);
+    GPUMEM_FREE(pl->recmap.keys), GPUMEM_FREE(pl->recmap.vals);
+    GPUMEM_FREE(pl->livemap.keys), GPUMEM_FREE(pl->livemap.vals);
+    GPUMEM_FREE(pl);
 }
 
 #endif /* GPUMEM_IMPLEMENTATION_DONE */

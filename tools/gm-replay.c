@@ -8,7 +8,14 @@
                     [--scale N] [--check N] [--csv FILE] TRACE...
    --conf takes the GPUMEM_CONF syntax (budget, max_split_size, ...);
    --scale multiplies sizes of lifetime and packing traces (default 512 for
-   packing, 1 otherwise); --check N runs gm_check every N events. */
+   packing, 1 otherwise); --check N runs gm_check every N events.
+   --plan replays each trace twice more, as one step of planned mode:
+   recorded (gm_plan_begin, the trace, gm_plan_end), then served from the
+   plan (gm_plan_step, the trace), and reports the plan's region against
+   the peak live bytes (and the packing problems' known optimum, 1 MiB times
+   the scale), the time to build it, gm_plan_check's verdict on the packing,
+   and each pass's peak reserved and ns per operation with the plan's hits
+   and departures. */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "gm_trace.h"
@@ -16,7 +23,65 @@
 
 static void usage(void) {
     fprintf(stderr, "usage: gm-replay [--conf key:value,...] [--format rmm|lifetimes|packing] [--scale N]\n"
-                    "                 [--check N] [--csv FILE] TRACE...\n");
+                    "                 [--check N] [--csv FILE] [--plan] TRACE...\n");
+}
+
+/* --plan: the trace as one step, twice through a fresh context: recorded
+   (gm_plan_begin ... gm_plan_end), then served from the plan
+   (gm_plan_step), with the plan checked by gm_plan_check on the side. */
+static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packing, uint64_t scale, FILE* csv) {
+    gm_plan_req* q = (gm_plan_req*)calloc(t->nids ? t->nids : 1, sizeof *q);
+    gm_context* ctx = NULL;
+    gm_plan_stats ps;
+    gmr_result r1, r2;
+    uint64_t region = 0;
+    size_t i;
+    long long bad;
+    double t0, ms;
+    gm_result r;
+    int failed = 0;
+    if (!q || gm_setup(&ctx, &d) != GM_OK) {
+        free(q);
+        return 1;
+    }
+    /* the packing alone, checked pair by pair */
+    for (i = 0; i < t->nids; i++) q[i].end = t->n + 1;
+    for (i = 0; i < t->n; i++) {
+        const gmt_event* e = &t->ev[i];
+        if (e->is_free) q[e->id].end = i;
+        else q[e->id].start = i, q[e->id].size = e->size ? e->size : 1;
+    }
+    r = gm_plan_pack(q, t->nids, 0, &region);
+    bad = r == GM_OK ? gm_plan_check(q, t->nids, region) : -1;
+    /* recorded, then planned */
+    gm_plan_begin(ctx);
+    r1 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+    t0 = gmr_now_ns();
+    r = gm_plan_end(ctx);
+    ms = (gmr_now_ns() - t0) / 1e6;
+    gm_empty_cache(ctx);
+    gm_reset_peak_stats(ctx);
+    gm_plan_step(ctx);
+    r2 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+    gm_plan_get_stats(ctx, &ps);
+    if (gm_check(ctx) != 0 || r != GM_OK || bad != 0 || r2.error != GM_OK || r2.ooms) failed = 1;
+    printf("  plan: %u requests, region %.4fx peak live", t->nids, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
+    if (packing) printf(" (%.4fx the known optimum)", (double)ps.region / (double)((uint64_t)1048576 * scale));
+    printf(", built in %.1f ms, %s\n", ms, r != GM_OK ? gm_result_string(r) : bad ? "OVERLAPS" : "checked: no overlap");
+    printf("  recorded: peak reserved %.4e, %.1f ns/op; planned: peak reserved %.4e (%.4fx peak live), %.1f ns/op, "
+           "%lld hits, %lld departures, %lld online\n",
+           (double)r1.peak_reserved, r1.ns_per_op, (double)r2.peak_reserved,
+           r2.peak_live ? (double)r2.peak_reserved / (double)r2.peak_live : 0, r2.ns_per_op, (long long)ps.hits,
+           (long long)ps.departures, (long long)ps.online);
+    if (csv)
+        fprintf(csv, "%s,plan,%u,%llu,%lld,%.6f,%.6f,%.3f,%lld,%lld,%.1f,%.1f,%lld,%lld\n", name, t->nids,
+                (unsigned long long)r2.peak_live, (long long)ps.region,
+                ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0,
+                packing ? (double)ps.region / (double)((uint64_t)1048576 * scale) : 0, ms, bad,
+                (long long)r2.peak_reserved, r1.ns_per_op, r2.ns_per_op, (long long)ps.hits, (long long)ps.departures);
+    gm_shutdown(ctx);
+    free(q);
+    return failed;
 }
 
 static const char* base(const char* p) {
@@ -28,7 +93,7 @@ int main(int argc, char** argv) {
     const char *conf = "", *format = NULL, *csv_path = NULL;
     uint64_t scale = 0;
     size_t check = 0;
-    int i, first = 1, failed = 0;
+    int i, first = 1, failed = 0, plan = 0;
     FILE* csv = NULL;
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--conf") && i + 1 < argc) conf = argv[++i];
@@ -36,6 +101,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = (size_t)strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--plan")) plan = 1;
         else {
             usage();
             return 2;
@@ -103,6 +169,7 @@ int main(int argc, char** argv) {
             failed = 1;
         }
         if (gm_check(ctx) != 0) failed = 1;
+        if (plan && plan_trace(&t, d, base(argv[i]), !strcmp(t.format, "packing"), sc ? sc : 1, csv)) failed = 1;
         gm_shutdown(ctx);
         gmt_free(&t);
     }

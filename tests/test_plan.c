@@ -1,0 +1,273 @@
+/* Planned mode: the packer and its checker on random requests, then steps
+   served from a plan, with departures of every kind injected (another
+   size, an extra request, a missing free, a request on another stream),
+   gm_check after every operation, and every live block filled with its
+   own byte and checked before it is freed, so an overlap cannot hide. */
+#include "gm_test.h"
+
+#define KiB ((size_t)1 << 10)
+
+/* >>packer ----------------------------------------------------------------*/
+static void test_pack_random(void) {
+    int round;
+    for (round = 0; round < 40; round++) {
+        size_t n = 1 + (size_t)(t_rand() % 400), i;
+        gm_plan_req* q = (gm_plan_req*)calloc(n, sizeof *q);
+        uint64_t region = 0, peak;
+        for (i = 0; i < n; i++) {
+            q[i].start = t_rand() % 1000;
+            q[i].end = q[i].start + 1 + t_rand() % (round % 2 ? 50 : 600);
+            q[i].size = 1 + t_rand() % (round % 3 ? 100000 : 5000000);
+        }
+        T_OK(gm_plan_pack(q, n, 0, &region));
+        T_EQ(gm_plan_check(q, n, region), 0);
+        peak = gm_plan_peak_live(q, n);
+        T_CHECK(region >= peak);
+        for (i = 0; i < n; i++) T_EQ(q[i].offset % 512, 0);
+        /* the checker sees a forced overlap */
+        if (n > 1) {
+            size_t a = 0, b = 1;
+            q[b].start = q[a].start, q[b].end = q[a].end, q[b].offset = q[a].offset;
+            T_CHECK(gm_plan_check(q, n, region) > 0);
+        }
+        free(q);
+    }
+}
+
+static void test_pack_edges(void) {
+    gm_plan_req q[3];
+    uint64_t region = 7;
+    memset(q, 0, sizeof q);
+    T_OK(gm_plan_pack(q, 0, 0, &region));
+    T_EQ(region, 0);
+    q[0].size = 100, q[0].start = 5, q[0].end = 5; /* empty lifetime */
+    T_EQ(gm_plan_pack(q, 1, 0, &region), GM_ERR_INVALID_ARGUMENT);
+    q[0].end = 6, q[0].size = 0;
+    T_EQ(gm_plan_pack(q, 1, 0, &region), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_plan_pack(NULL, 1, 0, &region), GM_ERR_INVALID_ARGUMENT);
+    /* back to back lifetimes share bytes; overlapping ones do not */
+    q[0].size = 1000, q[0].start = 0, q[0].end = 10;
+    q[1].size = 1000, q[1].start = 10, q[1].end = 20;
+    q[2].size = 1000, q[2].start = 5, q[2].end = 15;
+    T_OK(gm_plan_pack(q, 3, 4096, &region));
+    T_EQ(region, 2 * 4096);
+    T_EQ(gm_plan_check(q, 3, region), 0);
+    T_EQ(gm_plan_peak_live(q, 3), 2000);
+    T_EQ(gm_plan_check(q, 3, 4096 + 999), (q[0].offset == 4096) + (q[1].offset == 4096) + (q[2].offset == 4096));
+    T_EQ(gm_plan_check(NULL, 3, 0), -1);
+}
+
+/* >>steps -----------------------------------------------------------------
+   A training-like step: forward allocations with temporaries freed at
+   once, then backward frees in reverse. Departures are injected per step. */
+enum { SLOTS = 64, L = 12 };
+static void* live[SLOTS];
+static size_t live_size[SLOTS];
+static unsigned char live_byte[SLOTS];
+static int bad_bytes;
+
+static void fill(int slot) {
+    if (!t_sim) return; /* sim memory is host memory */
+    live_byte[slot] = (unsigned char)(t_rand() | 1);
+    memset(live[slot], live_byte[slot], live_size[slot]);
+}
+static void verify(int slot) {
+    size_t i;
+    const unsigned char* p = (const unsigned char*)live[slot];
+    if (!t_sim) return;
+    for (i = 0; i < live_size[slot]; i++)
+        if (p[i] != live_byte[slot]) {
+            bad_bytes++;
+            return;
+        }
+}
+
+static void do_alloc(gm_context* ctx, int slot, size_t size, gm_stream s) {
+    T_OK(gm_alloc(ctx, &live[slot], size, s));
+    live_size[slot] = size;
+    fill(slot);
+    T_EQ(gm_check(ctx), 0);
+}
+static void do_free(gm_context* ctx, int slot) {
+    int i;
+    if (!live[slot]) return;
+    for (i = 0; i < SLOTS; i++) /* every live block still holds its own byte */
+        if (live[i]) verify(i);
+    T_OK(gm_free(ctx, live[slot]));
+    live[slot] = NULL;
+    T_EQ(gm_check(ctx), 0);
+}
+
+typedef struct variant {
+    int bigger_at;   /* layer whose activation is larger this step, or -1 */
+    int extra_at;    /* layer after which one extra request is made, or -1 */
+    int keep_at;     /* layer whose activation is not freed in this step, or -1 */
+    int stream_at;   /* layer whose temporary goes to another stream, or -1 */
+} variant;
+
+static const variant plain = {-1, -1, -1, -1};
+
+static void step(gm_context* ctx, const variant* v, gm_stream other) {
+    int l;
+    for (l = 0; l < L; l++) {
+        size_t act = (size_t)(64 + 16 * (l % 5)) * KiB;
+        if (l == v->bigger_at) act += 4 * KiB;
+        do_alloc(ctx, l, act, NULL);                                  /* activation, saved */
+        do_alloc(ctx, 40, (size_t)(32 + l) * KiB, l == v->stream_at ? other : NULL); /* temporary */
+        if (l == v->stream_at) gm_stream_synchronize(ctx, other);
+        do_free(ctx, 40);
+        if (l == v->extra_at) {
+            do_alloc(ctx, 41, 8 * KiB, NULL);
+            do_free(ctx, 41);
+        }
+    }
+    for (l = L - 1; l >= 0; l--) {
+        do_alloc(ctx, 20 + l, (size_t)(16 + l) * KiB, NULL); /* gradient */
+        if (l != v->keep_at) do_free(ctx, l);
+        do_free(ctx, 20 + l);
+    }
+}
+
+static gm_plan_stats pstats(gm_context* ctx) {
+    gm_plan_stats s;
+    memset(&s, 0, sizeof s);
+    gm_plan_get_stats(ctx, &s);
+    return s;
+}
+
+static void free_all(gm_context* ctx) {
+    int i;
+    for (i = 0; i < SLOTS; i++) do_free(ctx, i);
+}
+
+static void test_planned_steps(void) {
+    gm_context* ctx = t_setup(t_desc());
+    gm_plan_stats s0, s;
+    gm_stream other;
+    variant v;
+    int k;
+    T_OK(gm_stream_create(ctx, &other));
+    T_EQ(gm_plan_end(ctx), GM_ERR_BAD_STATE);      /* nothing recorded */
+    T_EQ(gm_plan_enable(ctx, 1), GM_ERR_BAD_STATE); /* no plan */
+    T_OK(gm_plan_begin(ctx));
+    step(ctx, &plain, other);
+    T_OK(gm_plan_end(ctx));
+    s = pstats(ctx);
+    T_EQ(s.requests, 3 * L);
+    T_EQ(s.planned, 3 * L);
+    T_CHECK(s.region >= s.peak_live);
+    T_CHECK((double)s.region <= 1.01 * (double)s.peak_live + 512.0 * L);
+    /* steps from the plan: every request a hit */
+    for (k = 0; k < 5; k++) {
+        T_OK(gm_plan_step(ctx));
+        step(ctx, &plain, other);
+    }
+    s = pstats(ctx);
+    T_EQ(s.hits, 5 * 3 * L);
+    T_EQ(s.departures, 0);
+    {   /* a planned pointer: in the region, sized, recorded on a stream */
+        void* p;
+        size_t n = 0;
+        T_OK(gm_plan_step(ctx));
+        T_OK(gm_alloc(ctx, &p, 64 * KiB, NULL)); /* the first request of the step */
+        T_OK(gm_block_size(ctx, p, &n));
+        T_EQ(n, 64 * KiB);
+        T_OK(gm_record_stream(ctx, p, other));
+        T_OK(gm_free(ctx, p)); /* waits for the device: another stream used it */
+        T_EQ(gm_free(ctx, p), GM_ERR_FOREIGN_POINTER);
+    }
+    /* departures, one kind per step: counted, served online, no overlap */
+    s0 = pstats(ctx);
+    v = plain, v.bigger_at = 3;
+    T_OK(gm_plan_step(ctx));
+    step(ctx, &v, other);
+    v = plain, v.extra_at = 5;
+    T_OK(gm_plan_step(ctx));
+    step(ctx, &v, other);
+    v = plain, v.stream_at = 2;
+    T_OK(gm_plan_step(ctx));
+    step(ctx, &v, other);
+    v = plain, v.keep_at = 6; /* the activation of layer 6 stays live into the next step */
+    T_OK(gm_plan_step(ctx));
+    step(ctx, &v, other);
+    T_OK(gm_plan_step(ctx));
+    step(ctx, &plain, other); /* its planned place is taken: a departure, not an overlap */
+    s = pstats(ctx);
+    T_CHECK(s.departures > s0.departures);
+    T_CHECK(s.hits > s0.hits);
+    T_EQ(bad_bytes, 0);
+    free_all(ctx);
+    T_OK(gm_plan_enable(ctx, 0));
+    T_OK(gm_plan_step(ctx));
+    s0 = pstats(ctx);
+    step(ctx, &plain, other);
+    T_EQ(pstats(ctx).hits, s0.hits); /* disabled: all online */
+    T_OK(gm_plan_enable(ctx, 1));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, other));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A step that changed for good: past the threshold, the next step is
+   recorded and the one after it is planned again. */
+static void test_replan(void) {
+    gm_context* ctx = t_setup(t_desc());
+    variant v = plain;
+    gm_plan_stats s;
+    int k;
+    T_OK(gm_plan_begin(ctx));
+    step(ctx, &plain, NULL);
+    T_OK(gm_plan_end(ctx));
+    v.bigger_at = 0; /* every layer from now on: the first activation grows, which shifts... */
+    for (k = 0; k < 6; k++) {
+        int l;
+        T_OK(gm_plan_step(ctx));
+        for (l = 0; l < L; l++) do_alloc(ctx, l, 200 * KiB, NULL); /* a different step */
+        for (l = L - 1; l >= 0; l--) do_free(ctx, l);
+    }
+    s = pstats(ctx);
+    T_CHECK(s.replans >= 1);
+    T_EQ(s.requests, L); /* the new plan is the new step */
+    T_CHECK(s.hits >= 2 * L);
+    T_EQ(bad_bytes, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+    (void)v;
+}
+
+/* Random steps: each step a random variant, sometimes two departures. */
+static void test_random_departures(void) {
+    gm_context* ctx = t_setup(t_desc());
+    gm_stream other;
+    int k;
+    T_OK(gm_stream_create(ctx, &other));
+    T_OK(gm_plan_begin(ctx));
+    step(ctx, &plain, other);
+    T_OK(gm_plan_end(ctx));
+    for (k = 0; k < 60; k++) {
+        variant v = plain;
+        unsigned long long r = t_rand();
+        if (r % 3 == 0) v.bigger_at = (int)(t_rand() % L);
+        if (r % 5 == 0) v.extra_at = (int)(t_rand() % L);
+        if (r % 7 == 0) v.keep_at = (int)(t_rand() % L);
+        if (r % 11 == 0) v.stream_at = (int)(t_rand() % L);
+        T_OK(gm_plan_step(ctx));
+        step(ctx, &v, other);
+        if (t_rand() % 4 == 0) free_all(ctx); /* kept blocks go, sometimes */
+    }
+    free_all(ctx);
+    T_EQ(bad_bytes, 0);
+    T_CHECK(pstats(ctx).hits > 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, other));
+    T_OK(gm_shutdown(ctx));
+}
+
+int main(void) {
+    test_pack_edges();
+    test_pack_random();
+    test_planned_steps();
+    test_replan();
+    test_random_departures();
+    return t_done();
+}
