@@ -109,16 +109,22 @@ $(B)/bench-nvme: bench/nvme.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -I. $< -o $@ $(LDLIBS)
 
+$(B)/bench-plan: bench/plan.c bench/bench.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+
 $(B)/bench-spill-vs-oom: bench/spill_vs_oom.c examples/spill_workload.h examples/plot.h examples/pick_backend.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
-bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom $(B)/bench-plan
 	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
 	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
 	$(B)/bench-spill $(B)/bench-spill.csv $(SPILL_DIR)
 	$(B)/bench-nvme $(SPILL_DIR) 1024 $(B)/bench-nvme.csv
 	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)
+	$(B)/bench-plan $(B)/bench-plan.csv
+	$(B)/gm-replay --plan --csv $(B)/bench-plan-traces.csv ../shared/traces/minimalloc/*.csv ../shared/traces/pytorch/*.csv
 
 bench-spill-vs-oom: $(B)/bench-spill-vs-oom
 	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)

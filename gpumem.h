@@ -5524,14 +5524,30 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
         uint64_t top;
         size_t swaps = 1 + key % 4, j;
         memcpy(order, best_order, n * sizeof(uint32_t));
-        for (j = 0; j < swaps; j++) { /* swap two requests, near or anywhere */
-            size_t a, b;
+        if (key % 3 == 2) { /* a request that reaches the top of the best packing goes earlier */
+            size_t ntop = 0, pick, p = 0, q;
             uint32_t t;
+            for (i = 0; i < n; i++) ntop += best_off[order[i]] + pk.rs[order[i]] == best;
             rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
-            a = (size_t)((rng * 2685821657736338717ull) >> 33) % n;
-            b = (key & 1) ? (size_t)(rng % n) : a >= 8 ? a - 1 - (size_t)(rng % 8) : 0;
-            t = order[a], order[a] = order[b], order[b] = t;
-        }
+            pick = ntop ? (size_t)((rng * 2685821657736338717ull) >> 33) % ntop : 0;
+            for (i = 0; i < n; i++)
+                if (best_off[order[i]] + pk.rs[order[i]] == best && pick-- == 0) {
+                    p = i;
+                    break;
+                }
+            q = p ? (size_t)(rng % p) : 0;
+            t = order[p];
+            memmove(order + q + 1, order + q, (p - q) * sizeof(uint32_t));
+            order[q] = t;
+        } else
+            for (j = 0; j < swaps; j++) { /* swap two requests, near or anywhere */
+                size_t a, b;
+                uint32_t t;
+                rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+                a = (size_t)((rng * 2685821657736338717ull) >> 33) % n;
+                b = (key & 1) ? (size_t)(rng % n) : a >= 8 ? a - 1 - (size_t)(rng % 8) : 0;
+                t = order[a], order[a] = order[b], order[b] = t;
+            }
         top = gm__pack_order(&pk, order);
         if (top <= best) {
             best = top;

@@ -1,0 +1,90 @@
+/* bench/plan: what a request costs when served from a plan, against the
+   online caching allocator, on the same step in the same run. The step is
+   training-shaped: L layers, each allocating an activation kept for the
+   backward pass and two temporaries freed at once; the backward pass frees
+   the activations in reverse while allocating and freeing gradients. The
+   step is recorded once (gm_plan_begin / gm_plan_end), then run STEPS times
+   from the plan and STEPS times online; per-request cost is a step's time
+   over its requests (allocations and frees), and the figure is the median
+   over steps. Sim backend, nothing touched.
+
+   usage: plan [CSV]   (default build/bench-plan.csv) */
+#define GPUMEM_IMPLEMENTATION
+#include "../gpumem.h"
+#include "bench.h"
+#include <string.h>
+
+enum { L = 400, STEPS = 201, SLOTS = 2 * L + 8 };
+static void* p[SLOTS];
+
+/* One step; returns the operations done (allocations + frees). */
+static int step(gm_context* ctx) {
+    int l, ops = 0;
+    for (l = 0; l < L; l++) {
+        gm_alloc(ctx, &p[l], (size_t)(256 + 64 * (l % 7)) << 10, NULL);
+        gm_alloc(ctx, &p[SLOTS - 1], (size_t)(128 + 32 * (l % 3)) << 10, NULL);
+        gm_alloc(ctx, &p[SLOTS - 2], 4096, NULL);
+        gm_free(ctx, p[SLOTS - 2]);
+        gm_free(ctx, p[SLOTS - 1]);
+        ops += 5;
+    }
+    for (l = L - 1; l >= 0; l--) {
+        gm_alloc(ctx, &p[L + l], (size_t)(64 + 16 * (l % 5)) << 10, NULL);
+        gm_free(ctx, p[l]);
+        gm_free(ctx, p[L + l]);
+        ops += 3;
+    }
+    return ops;
+}
+
+static double run(gm_context* ctx, int planned, double* per_op) {
+    double t[STEPS];
+    int k, ops = 0;
+    for (k = 0; k < STEPS; k++) {
+        double t0;
+        if (planned) gm_plan_step(ctx);
+        t0 = bench_now_ns();
+        ops = step(ctx);
+        t[k] = (bench_now_ns() - t0) / ops;
+    }
+    *per_op = bench_median(t, STEPS);
+    return (double)ops;
+}
+
+int main(int argc, char** argv) {
+    const char* csv_path = argc > 1 ? argv[1] : "build/bench-plan.csv";
+    gm_context* ctx;
+    gm_desc d;
+    gm_plan_stats ps;
+    gm_stats st;
+    double online, planned, ops;
+    FILE* csv;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    d.sim.capacity = (size_t)64 << 30;
+    if (gm_setup(&ctx, &d) != GM_OK) return 1;
+    run(ctx, 0, &online); /* warm the cache, then measure online */
+    ops = run(ctx, 0, &online);
+    gm_plan_begin(ctx);
+    step(ctx);
+    gm_plan_end(ctx);
+    run(ctx, 1, &planned);
+    gm_plan_get_stats(ctx, &ps);
+    gm_get_stats(ctx, &st);
+    printf("sim backend; a step of %.0f requests (%d layers), median over %d steps of the step's time per request\n",
+           ops, L, STEPS);
+    printf("%-28s %10s\n", "way", "ns/request");
+    printf("%-28s %10.1f\n", "online (caching allocator)", online);
+    printf("%-28s %10.1f  (%.2fx)\n", "planned", planned, planned / online);
+    printf("plan: %lld requests, %lld hits, %lld departures; region %.1f MiB for a peak live of %.1f MiB (%.4fx)\n",
+           (long long)ps.requests, (long long)ps.hits, (long long)ps.departures, (double)ps.region / 1048576.0,
+           (double)ps.peak_live / 1048576.0, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
+    csv = fopen(csv_path, "w");
+    if (csv) {
+        fprintf(csv, "way,ns_per_request\nonline,%.2f\nplanned,%.2f\n", online, planned);
+        fclose(csv);
+    }
+    gm_shutdown(ctx);
+    return ps.departures == 0 ? 0 : 1;
+}
