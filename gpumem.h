@@ -147,6 +147,20 @@
     Reads from disk are synchronous in the acquiring thread (prefetch too);
     the copies onward to the device are queued on the copy stream.
 
+    PLANNED MODE
+    ============
+    A training step makes the same requests in the same order every time.
+    Record one (gm_plan_begin, the step, gm_plan_end) and gpumem packs its
+    requests into one region by their lifetimes (gm_plan_pack: greedy by
+    size, best-fit offsets); then call gm_plan_step before each step, and
+    the n-th gm_alloc of the step gets the n-th request's offset, in O(1),
+    with no search. A request that differs (size, stream, an extra one, a
+    block still live where the plan wants its bytes) is a departure: the
+    online allocator serves it and gm_plan_get_stats counts it; past an
+    eighth of the plan in one step, the next step is recorded and planned
+    again. Requests that outlive the recorded step are left to the online
+    allocator. Planned blocks never overlap a live block.
+
     OPTIONS
     =======
     Each desc field left zero takes its value from the environment variable
