@@ -2814,7 +2814,7 @@ static void gm__trace_row(gm_context* ctx, const char* action, uintptr_t p, size
 static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream);
 static void gm__plan_note_alloc(gm_context* ctx, void* p, size_t size, gm_stream stream);
 static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* r);
-static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, int used_elsewhere);
+static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, gm_stream* used_on, gm_result* res);
 static void gm__plan_destroy(gm_context* ctx);
 static int gm__plan_check(gm_context* ctx);
 
@@ -3270,7 +3270,7 @@ GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stre
     uint32_t si, i;
     gm_result r;
     if (!ctx || !ptr) return GM_ERR_INVALID_ARGUMENT;
-    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, NULL, 1)) return GM_OK;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, NULL, &stream, &r)) return r;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr)) { /* unified memory: gm_free waits for the device */
@@ -3311,7 +3311,7 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
     gm__block* b;
     gm_result r = GM_OK;
     if (!ctx || !size) return GM_ERR_INVALID_ARGUMENT;
-    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, size, 0)) return GM_OK;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, size, NULL, &r)) return r;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (b) *size = b->size;
@@ -5498,8 +5498,8 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     if (!reqs || !region || n > UINT32_MAX) return GM_ERR_INVALID_ARGUMENT;
     *region = 0;
     if (!align) align = GM__ROUND;
-    for (i = 0; i < n; i++)
-        if (reqs[i].end <= reqs[i].start || !reqs[i].size) return GM_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < n; i++) /* sizes below 2^62: sums and rounding cannot wrap */
+        if (reqs[i].end <= reqs[i].start || !reqs[i].size || reqs[i].size >> 62) return GM_ERR_INVALID_ARGUMENT;
     if (!n) return GM_OK;
     pk.r = reqs;
     pk.n = n;
@@ -5672,6 +5672,7 @@ typedef struct gm__plan {
     gm__ptrmap recmap;
     size_t n;                     /* requests of a step */
     uint64_t *size, *off;
+    gm_stream* strm;              /* the recorded stream of each request */
     uint8_t *online, *live, *elsewhere;
     uint32_t *cstart, *conf;      /* the conflicts of k: conf[cstart[k] .. cstart[k + 1]) */
     uint32_t *dstart, *due;       /* due at cursor k: due[dstart[k] .. dstart[k + 1]) */
@@ -5689,7 +5690,8 @@ typedef struct gm__plan {
 } gm__plan;
 
 static void gm__plan_drop_arrays(gm__plan* pl) {
-    GPUMEM_FREE(pl->size), GPUMEM_FREE(pl->off), GPUMEM_FREE(pl->online), GPUMEM_FREE(pl->live);
+    GPUMEM_FREE(pl->size), GPUMEM_FREE(pl->off), GPUMEM_FREE(pl->online), GPUMEM_FREE(pl->live), GPUMEM_FREE(pl->strm);
+    pl->strm = NULL;
     GPUMEM_FREE(pl->elsewhere), GPUMEM_FREE(pl->cstart), GPUMEM_FREE(pl->conf);
     GPUMEM_FREE(pl->dstart), GPUMEM_FREE(pl->due), GPUMEM_FREE(pl->gen), GPUMEM_FREE(pl->late);
     pl->size = pl->off = NULL;
@@ -5714,7 +5716,7 @@ static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream st
                 pl->overdue++;
             }
         }
-    if (k >= pl->n || pl->size[k] != size || stream != pl->stream) goto departure;
+    if (k >= pl->n || pl->size[k] != size || stream != pl->strm[k]) goto departure;
     if (pl->online[k]) {
         pl->st.online++;
         goto online;
@@ -5764,42 +5766,63 @@ out:
     pthread_mutex_unlock(&ctx->mu);
 }
 
+/* A pointer inside the region that is not a live planned block: freed
+   already, or never a block start. (With mu held.) */
+static int gm__plan_in_region(const gm__plan* pl, const void* ptr) {
+    return pl && pl->base && (uintptr_t)ptr >= (uintptr_t)pl->base && (uintptr_t)ptr - (uintptr_t)pl->base < pl->region;
+}
+
 static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* res) {
     gm__plan* pl;
     uintptr_t v;
-    int sync = 0;
+    *res = GM_OK;
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
-    v = pl ? (uintptr_t)gm__map_del(&pl->livemap, (uintptr_t)ptr) : 0;
+    v = pl ? (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)ptr) : 0;
+    if (v && pl->elsewhere[v - 1]) { /* another stream used it: wait before its bytes can be reused */
+        pthread_mutex_unlock(&ctx->mu);
+        ctx->be->device_sync(ctx);
+        pthread_mutex_lock(&ctx->mu);
+        pl = (gm__plan*)ctx->plan;
+        v = pl ? (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)ptr) : 0;
+    }
     if (v) {
         size_t k = v - 1;
+        gm__map_del(&pl->livemap, (uintptr_t)ptr);
         pl->live[k] = 0;
         pl->nlive--;
+        pl->elsewhere[k] = 0;
         if (pl->gen[k] != pl->step_gen) pl->carried--;
         else if (pl->late[k]) pl->overdue--;
         pl->late[k] = 0;
-        sync = pl->elsewhere[k];
-        pl->elsewhere[k] = 0;
+    } else if (gm__plan_in_region(pl, ptr)) {
+        *res = GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "gm_free: %p is in the plan's region but not a live planned block", ptr);
+        v = 1;
     } else if (pl && pl->recording) {
         uintptr_t i = (uintptr_t)gm__map_del(&pl->recmap, (uintptr_t)ptr);
         if (i) pl->rec[i - 1].end = ++pl->clock, pl->rec[i - 1].end_alloc = pl->nrec;
     }
     pthread_mutex_unlock(&ctx->mu);
-    if (sync) ctx->be->device_sync(ctx); /* another stream used it: wait before its bytes are reused */
-    *res = GM_OK;
     return v != 0;
 }
 
-static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, int used_elsewhere) {
+/* gm_block_size (size) and gm_record_stream (used_on) on a planned block;
+   a pointer inside the region that is not one is refused. */
+static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, gm_stream* used_on, gm_result* res) {
     gm__plan* pl;
     uintptr_t v;
+    int mine;
+    *res = GM_OK;
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
     v = pl ? (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)ptr) : 0;
     if (v && size) *size = gm__round_req((size_t)pl->size[v - 1]);
-    if (v && used_elsewhere) pl->elsewhere[v - 1] = 1;
+    if (v && used_on && *used_on != pl->stream) pl->elsewhere[v - 1] = 1;
+    mine = v || gm__plan_in_region(pl, ptr);
+    if (!v && mine)
+        *res = GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%p is in the plan's region but not a live planned block", ptr);
     pthread_mutex_unlock(&ctx->mu);
-    return v != 0;
+    return mine;
 }
 
 /* Live planned blocks: in the region, counted, and disjoint. With mu held. */
@@ -5809,6 +5832,13 @@ static int gm__plan_check(gm_context* ctx) {
     int bad = 0;
     uint32_t c;
     if (!pl) return 0;
+    if (pl->base) {
+        const gm__block* b = (const gm__block*)gm__map_get(&ctx->map, (uintptr_t)pl->base);
+        if (!b || b->size < pl->region) {
+            gm__log(ctx, GM_LOG_ERROR, "check: the plan's region at %p is not a block of its size", pl->base);
+            bad++;
+        }
+    }
     for (k = 0; k < pl->n; k++) {
         if (!pl->live[k]) continue;
         live++;
@@ -5860,6 +5890,7 @@ static gm__plan* gm__plan_get(gm_context* ctx) {
 static void gm__plan_record(gm__plan* pl, void** old) {
     size_t i;
     pl->recording = 1;
+    pl->rerecord = 0;
     pl->enabled = 0;
     pl->nrec = 0;
     pl->clock = 0;
@@ -5904,17 +5935,21 @@ static gm_result gm__plan_build(gm_context* ctx) {
         pthread_mutex_unlock(&ctx->mu);
         return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_end: %zu blocks of the old plan are still live", pl->nlive);
     }
-    pl->recording = 0;
+    pl->recording = pl->rerecord = 0;
     pl->enabled = 0;
     n = pl->nrec;
-    rec = pl->rec; /* only gm_plan_begin touches it again */
+    rec = (gm__prec*)GPUMEM_MALLOC((n ? n : 1) * sizeof *rec); /* a copy: a new recording may start meanwhile */
+    if (rec) memcpy(rec, pl->rec, n * sizeof *rec);
     base = pl->base; /* the old region goes first: nothing of it is live */
     pl->base = NULL;
     pthread_mutex_unlock(&ctx->mu);
     if (base) gm_free(ctx, base);
     base = NULL;
     q = (gm_plan_req*)GPUMEM_MALLOC((n ? n : 1) * sizeof *q);
-    if (!q) return GM_ERR_HOST_OUT_OF_MEMORY;
+    if (!q || !rec) {
+        GPUMEM_FREE(q), GPUMEM_FREE(rec);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
     for (i = 0; i < n; i++) { /* the planned ones: freed in the step, on the first request's stream */
         if (!rec[i].end) continue;
         if (!m) stream = rec[i].stream;
@@ -5932,6 +5967,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
         for (i = 0; r == GM_OK && i < m; i++)
             for (j = 0; j < m; j++)
                 if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size) nc++;
+        if (nc >= UINT32_MAX) r = GM_ERR_HOST_OUT_OF_MEMORY; /* conflict offsets are 32-bit */
         if (r == GM_OK) { /* install: arrays by request index of the step */
             uint64_t *sz = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t)), *off = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t));
             uint8_t *onl = (uint8_t*)GPUMEM_MALLOC(n + 1), *live = (uint8_t*)GPUMEM_MALLOC(n + 1), *els = (uint8_t*)GPUMEM_MALLOC(n + 1);
@@ -5941,13 +5977,15 @@ static gm_result gm__plan_build(gm_context* ctx) {
             uint32_t* du = (uint32_t*)GPUMEM_MALLOC((m + 1) * sizeof(uint32_t));
             uint32_t* gen = (uint32_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint32_t));
             uint8_t* late = (uint8_t*)GPUMEM_MALLOC(n + 1);
-            if (!sz || !off || !onl || !live || !els || !cs || !cf || !ds || !du || !gen || !late) {
-                GPUMEM_FREE(sz), GPUMEM_FREE(off), GPUMEM_FREE(onl), GPUMEM_FREE(live), GPUMEM_FREE(els);
+            gm_stream* strm = (gm_stream*)GPUMEM_MALLOC((n + 1) * sizeof(gm_stream));
+            if (!sz || !off || !onl || !live || !els || !cs || !cf || !ds || !du || !gen || !late || !strm) {
+                GPUMEM_FREE(sz), GPUMEM_FREE(off), GPUMEM_FREE(onl), GPUMEM_FREE(live), GPUMEM_FREE(els), GPUMEM_FREE(strm);
                 GPUMEM_FREE(cs), GPUMEM_FREE(cf), GPUMEM_FREE(ds), GPUMEM_FREE(du), GPUMEM_FREE(gen), GPUMEM_FREE(late);
                 r = GM_ERR_HOST_OUT_OF_MEMORY;
             } else {
                 size_t c = 0, pos = 0;
-                for (i = 0; i < n; i++) sz[i] = rec[i].size, off[i] = 0, onl[i] = 1, live[i] = els[i] = 0, cs[i] = 0;
+                for (i = 0; i < n; i++)
+                    sz[i] = rec[i].size, off[i] = 0, onl[i] = 1, live[i] = els[i] = 0, cs[i] = 0, strm[i] = rec[i].stream;
                 for (i = 0; i < m; i++) off[idx[i]] = q[i].offset, onl[idx[i]] = 0;
                 /* the conflicts, laid out by request index: counts, starts, entries */
                 for (i = 0; i < m; i++) {
@@ -5980,6 +6018,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
                 gm__plan_drop_arrays(pl);
                 pl->n = n, pl->size = sz, pl->off = off, pl->online = onl, pl->live = live, pl->elsewhere = els;
                 pl->cstart = cs, pl->conf = cf, pl->dstart = ds, pl->due = du, pl->gen = gen, pl->late = late;
+                pl->strm = strm;
                 pl->carried = pl->overdue = 0;
                 pl->base = base, pl->region = region, pl->stream = stream;
                 pl->cursor = 0, pl->nlive = 0, pl->step_departures = 0;
@@ -5998,6 +6037,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
     }
     if (base) gm_free(ctx, base);
     GPUMEM_FREE(q);
+    GPUMEM_FREE(rec);
     return r;
 }
 
@@ -6012,8 +6052,10 @@ GPUMEM_API gm_result gm_plan_enable(gm_context* ctx, int on) {
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
-    if (!pl || !pl->base) r = on ? GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_enable: there is no plan") : GM_OK;
-    else pl->enabled = on != 0;
+    if (on && (!pl || !pl->base || pl->recording))
+        r = GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_enable: %s", pl && pl->recording ? "a step is being recorded" : "there is no plan");
+    else if (pl)
+        pl->enabled = on != 0;
     pthread_mutex_unlock(&ctx->mu);
     return r;
 }

@@ -20,7 +20,7 @@ static unsigned long long (*t_failures)(void);
 static const char* (*t_last_error)(void);
 static int (*t_tstats)(int, long long*);
 static size_t (*t_summary)(int, char*, size_t);
-static void (*t_shutdown)(void);
+static int (*t_shutdown)(void);
 
 /* The library beside the test's directory: build/sim/test_torch loads
    build/sim/../libgm_torch.so (the Makefile builds it there). */
@@ -50,7 +50,7 @@ static long long stat_of(int i) {
 /* A fresh start with these options (on sim in the sim build). */
 static void conf(const char* c) {
     char full[256];
-    t_shutdown();
+    T_EQ(t_shutdown(), 0);
     snprintf(full, sizeof full, "%s%s", t_sim ? "backend:sim," : "", c);
     setenv("GPUMEM_CONF", full, 1);
 }
@@ -84,6 +84,11 @@ static void test_budget_then_unified(void) {
     t_free(c, (ssize_t)(16 * MiB), 0, NULL);
     T_EQ(stat_of(0), 0);
     T_CHECK(stat_of(3) <= (long long)(64 * MiB)); /* the cache never passed the budget */
+    /* shutting down under a live allocation is refused; its free still works */
+    a = t_malloc(4096, 0, NULL);
+    T_EQ(t_shutdown(), -1);
+    t_free(a, 4096, 0, NULL);
+    T_EQ(stat_of(0), 0);
 }
 
 /* fallback:fail: a request nothing can serve is NULL, counted, described. */
@@ -189,7 +194,7 @@ int main(void) {
     test_failure_path();
     test_abort();
     test_threads();
-    t_shutdown();
+    T_EQ(t_shutdown(), 0);
     dlclose(lib);
     return t_done();
 }

@@ -98,7 +98,7 @@ static gm_context* gm_torch_get(int device) {
         gm_torch_ctx[device] = NULL;
         return NULL;
     }
-    gm_torch_sim = gm_query_desc(gm_torch_ctx[device]).backend == GM_BACKEND_SIM;
+    __atomic_store_n(&gm_torch_sim, gm_query_desc(gm_torch_ctx[device]).backend == GM_BACKEND_SIM, __ATOMIC_RELAXED);
     return gm_torch_ctx[device];
 }
 
@@ -107,11 +107,14 @@ GM_TORCH_API void* gm_torch_malloc(ssize_t size, int device, cudaStream_t stream
     void* p = NULL;
     gm_result r;
     if (size <= 0) return NULL; /* an empty tensor has no storage */
+    pthread_mutex_lock(&gm_torch_errmu); /* a cause logged before this request is not its cause */
+    gm_torch_cause[0] = 0;
+    pthread_mutex_unlock(&gm_torch_errmu);
     pthread_mutex_lock(&gm_torch_mu);
     ctx = gm_torch_get(device);
     pthread_mutex_unlock(&gm_torch_mu);
     if (!ctx) return gm_torch_fail(size, device, "no gpumem context for this device");
-    r = gm_alloc(ctx, &p, (size_t)size, gm_torch_sim ? NULL : (gm_stream)stream);
+    r = gm_alloc(ctx, &p, (size_t)size, __atomic_load_n(&gm_torch_sim, __ATOMIC_RELAXED) ? NULL : (gm_stream)stream);
     if (r != GM_OK || !p) return gm_torch_fail(size, device, gm_result_string(r));
     return p;
 }
@@ -136,7 +139,14 @@ GM_TORCH_API void gm_torch_free(void* ptr, ssize_t size, int device, cudaStream_
    For the script: what failed, and the figures PyTorch's own statistics
    cannot see under a pluggable allocator. */
 GM_TORCH_API unsigned long long gm_torch_failures(void) { return __atomic_load_n(&gm_torch_nfail, __ATOMIC_RELAXED); }
-GM_TORCH_API const char* gm_torch_last_error(void) { return gm_torch_err; }
+/* The last failure's text, copied for the calling thread. */
+GM_TORCH_API const char* gm_torch_last_error(void) {
+    static __thread char copy[sizeof gm_torch_err];
+    pthread_mutex_lock(&gm_torch_errmu);
+    memcpy(copy, gm_torch_err, sizeof copy);
+    pthread_mutex_unlock(&gm_torch_errmu);
+    return copy;
+}
 
 /* out[0..5]: allocated, peak allocated, reserved, peak reserved, bytes in
    unified memory, unified-memory fallbacks. 0, or -1 without a context. */
@@ -170,18 +180,32 @@ GM_TORCH_API size_t gm_torch_summary(int device, char* buf, size_t cap) {
     return gm_summary(ctx, buf, cap);
 }
 
-/* Shuts every context down (what is still allocated is released, with a
-   warning): after the last tensor is gone, or between tests. */
-GM_TORCH_API void gm_torch_shutdown(void) {
-    int i;
+/* Shuts every context down, when nothing is allocated from any of them
+   (0); otherwise it shuts nothing down, says what is still allocated, and
+   returns -1: a later gm_torch_free must find the context that served its
+   pointer. No other thread may call into the library meanwhile. */
+GM_TORCH_API int gm_torch_shutdown(void) {
+    int i, busy = 0;
     pthread_mutex_lock(&gm_torch_mu);
     for (i = 0; i < GM_TORCH_MAX_DEVICES; i++) {
+        gm_stats s;
+        if (!gm_torch_ctx[i] || gm_get_stats(gm_torch_ctx[i], &s) != GM_OK) continue;
+        if (s.allocation[GM_STAT_ALL].current || s.managed_bytes) {
+            fprintf(stderr, "gpumem: gm_torch_shutdown: device %d still has %lld allocations and %lld bytes of "
+                            "unified memory; nothing is shut down\n",
+                    i, (long long)s.allocation[GM_STAT_ALL].current, (long long)s.managed_bytes);
+            busy = 1;
+        }
+    }
+    for (i = 0; i < GM_TORCH_MAX_DEVICES && !busy; i++) {
         if (gm_torch_ctx[i]) gm_shutdown(gm_torch_ctx[i]);
         gm_torch_ctx[i] = NULL;
     }
     pthread_mutex_unlock(&gm_torch_mu);
+    if (busy) return -1;
     pthread_mutex_lock(&gm_torch_errmu);
     __atomic_store_n(&gm_torch_nfail, 0, __ATOMIC_RELAXED);
     gm_torch_err[0] = gm_torch_cause[0] = 0;
     pthread_mutex_unlock(&gm_torch_errmu);
+    return 0;
 }
