@@ -5437,6 +5437,11 @@ typedef struct gm__pack {
     uint32_t* placed;  /* placed requests by offset */
 } gm__pack;
 
+/* Whether two placed requests share a byte. */
+static int gm__bytes_overlap(const gm_plan_req* a, const gm_plan_req* b) {
+    return a->offset < b->offset + b->size && b->offset < a->offset + a->size;
+}
+
 static uint64_t gm__pack_order(gm__pack* pk, const uint32_t* order) {
     const gm_plan_req* r = pk->r;
     uint64_t top = 0;
@@ -5602,7 +5607,7 @@ GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t r
         if (a->offset + a->size > region || a->offset + a->size < a->offset) bad++;
         for (j = i + 1; j < n && reqs[ix[j]].start < a->end; j++) {
             const gm_plan_req* b = &reqs[ix[j]];
-            if (a->offset < b->offset + b->size && b->offset < a->offset + a->size) bad++;
+            if (gm__bytes_overlap(a, b)) bad++;
         }
     }
     GPUMEM_FREE(ix);
@@ -5959,14 +5964,21 @@ static gm_result gm__plan_build(gm_context* ctx) {
     }
     {
         uint64_t* idx = (uint64_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint64_t));
+        uint32_t* cnt = NULL;
         if (!idx) r = GM_ERR_HOST_OUT_OF_MEMORY;
         for (i = 0; idx && i < m; i++) idx[i] = q[i].offset; /* gm_plan_pack overwrites it */
         if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
         if (r == GM_OK && m) r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
-        /* conflicts: planned pairs whose bytes overlap (their lifetimes do not) */
-        for (i = 0; r == GM_OK && i < m; i++)
-            for (j = 0; j < m; j++)
-                if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size) nc++;
+        /* conflicts: planned pairs whose bytes overlap (their lifetimes do not),
+           counted per request (cnt, in idx's order) */
+        cnt = (uint32_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint32_t));
+        if (!cnt) r = GM_ERR_HOST_OUT_OF_MEMORY;
+        for (i = 0; r == GM_OK && i < m; i++) {
+            size_t c = 0;
+            for (j = 0; j < m; j++) c += i != j && gm__bytes_overlap(&q[i], &q[j]);
+            cnt[i] = (uint32_t)c;
+            nc += c;
+        }
         if (nc >= UINT32_MAX) r = GM_ERR_HOST_OUT_OF_MEMORY; /* conflict offsets are 32-bit */
         if (r == GM_OK) { /* install: arrays by request index of the step */
             uint64_t *sz = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t)), *off = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t));
@@ -5988,11 +6000,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
                     sz[i] = rec[i].size, off[i] = 0, onl[i] = 1, live[i] = els[i] = 0, cs[i] = 0, strm[i] = rec[i].stream;
                 for (i = 0; i < m; i++) off[idx[i]] = q[i].offset, onl[idx[i]] = 0;
                 /* the conflicts, laid out by request index: counts, starts, entries */
-                for (i = 0; i < m; i++) {
-                    for (j = 0, c = 0; j < m; j++)
-                        if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size) c++;
-                    cs[idx[i]] = (uint32_t)c;
-                }
+                for (i = 0; i < m; i++) cs[idx[i]] = cnt[i];
                 for (i = 0; i <= n; i++) {
                     size_t t = i < n ? cs[i] : 0;
                     cs[i] = (uint32_t)pos;
@@ -6000,8 +6008,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
                 }
                 for (i = 0; i < m; i++)
                     for (j = 0, c = cs[idx[i]]; j < m; j++)
-                        if (i != j && q[i].offset < q[j].offset + q[j].size && q[j].offset < q[i].offset + q[i].size)
-                            cf[c++] = (uint32_t)idx[j];
+                        if (i != j && gm__bytes_overlap(&q[i], &q[j])) cf[c++] = (uint32_t)idx[j];
                 /* due lists: planned requests by the cursor at which the recording
                    had freed them (end_alloc in 0..n: n + 1 buckets) */
                 for (i = 0; i < n; i++) gen[i] = 0, late[i] = 0;
@@ -6034,6 +6041,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
             }
         }
         GPUMEM_FREE(idx);
+        GPUMEM_FREE(cnt);
     }
     if (base) gm_free(ctx, base);
     GPUMEM_FREE(q);
