@@ -20,6 +20,9 @@
         GPUMEM_ASSERT(c)          internal assertions (default: assert)
         GPUMEM_DEBUG              misuse (double free, foreign pointer, bad
                                   stream) also asserts, on top of the error
+        GPUMEM_PLAN_SEARCH        work budget of gm_plan_pack's exact
+                                  search (default 1e9, about a second on
+                                  the hardest packings; 0 turns it off)
 
     QUICK START
     ===========
@@ -617,6 +620,11 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    region as small as it can make it, and writes the region's size. Greedy
    by size with best-fit offsets (TFLite's arena planner), under several
    orders and then perturbed orders while that is cheap; the best kept.
+   Where that is more than 0.2% above the largest sum live at one time, a
+   branch-and-bound search (MiniMalloc's, with frequent restarts) probes
+   smaller regions within a fixed work budget (GPUMEM_PLAN_SEARCH: about a
+   second on the hardest inputs); the same input always gives the same
+   plan.
    GM_ERR_INVALID_ARGUMENT for NULL pointers, end <= start or a size of 0;
    GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
 typedef struct gm_plan_req {
@@ -5422,7 +5430,8 @@ static void gm__tier_shutdown(gm_context* ctx) {
    are kept sorted by offset, so one pass finds every gap: O(n) a request,
    O(n^2) a packing. gm_plan_pack tries several orders, then, while the
    work stays small, perturbs the best order (a few swaps) and keeps what
-   packs no worse. */
+   packs no worse; then, when that is more than 0.2% above the lower
+   bound, an exact search (below) closes what it can of the gap. */
 #ifndef GM__PLAN_WORK
 #define GM__PLAN_WORK 200000000u /* placements x placed, summed over the perturbed packings */
 #endif
@@ -5494,6 +5503,479 @@ static int gm__pack_cmp(const void* a, const void* b) {
 }
 
 static pthread_mutex_t gm__pack_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no user pointer */
+
+/* The exact search (MiniMalloc, Moffitt, ASPLOS 2023), for what greedy
+   leaves above the lower bound. Time is cut into sections at every start
+   and end; request x spans sections [s0[x], s1[x]). Any packing can be
+   pushed down until each request rests on one it shares a section with
+   (or on 0); taken by offset, each then sits at `minoff`, the top of those
+   placed before it. So a depth-first search places requests in offset
+   order (ties by a static rank), each at its minoff, and prunes
+   - a request whose turn is past (offset, rank below the last placed);
+   - a placement at or above the top of some unplaced request at its
+     minoff: that request could drop into the hole below;
+   - a state where, in some section, max(floor, offset) plus the unplaced
+     sizes passes the capacity. A section's floor is at least the top of
+     what is placed there and the lowest minoff of what is not.
+   When a placement leaves no unplaced request crossing some section
+   boundary, the sides are independent and each is searched on its own
+   (nested, down to GM__BB_NEST levels). Invariants: floor, tot, cuts and
+   minoff are what the placements on the frame stack made of them, and
+   each undo stack holds exactly what restores them; a level's requests
+   are ls[ub, ub + np), its unplaced the first nun. Every packing taken is
+   complete and under the capacity, so a budget cut short costs only
+   quality. */
+#ifndef GPUMEM_PLAN_SEARCH
+#define GPUMEM_PLAN_SEARCH 1000000000 /* sections, requests and neighbours visited: about a second */
+#endif
+#ifndef GM__PLAN_SEARCH_PAIRS
+#define GM__PLAN_SEARCH_PAIRS (1u << 22) /* overlap entries past which no search runs */
+#endif
+#define GM__BB_NEST 64
+typedef struct gm__bbc { /* a candidate: placed at off, ordered by (off, rank) */
+    uint64_t off;
+    uint32_t rank, x;
+} gm__bbc;
+typedef struct gm__bbf { /* a frame: candidates [lo, hi), cur next, placed the one tried */
+    size_t lo, hi, cur, umin, usec;
+    uint32_t placed;
+} gm__bbf;
+typedef struct gm__bbs { /* a section's floor before a change */
+    uint32_t k;
+    uint64_t v;
+} gm__bbs;
+typedef struct gm__bb {
+    const gm_plan_req* r;
+    const uint64_t* rs;
+    uint32_t *s0, *s1;       /* section span of each request */
+    uint32_t *ovs, *ov;      /* CSR: the requests sharing a section with each */
+    uint32_t *secs, *sec;    /* CSR: the requests live in each section */
+    uint64_t *tot0, *tmax;   /* size live in each section; the largest over a request's span */
+    uint32_t *cuts0, *cuts;  /* requests (unplaced, during the search) spanning boundary k|k+1 */
+    uint64_t *floor, *tot;   /* per section, during the search */
+    uint64_t *minoff, *off, *sol; /* per request; off UINT64_MAX while unplaced */
+    uint32_t *rank, *upos, *stamp, *aff, stampv;
+    uint32_t* ls; /* the levels' request lists, a stack */
+    size_t nls, capls;
+    uint32_t* umx; /* undo of minoff */
+    uint64_t* umv;
+    gm__bbs* usv; /* undo of floor */
+    size_t numin, nusec, capusv;
+    gm__bbc* cand;
+    size_t ncand, capcand;
+    gm__bbf* fr;
+    int64_t work, work_end, nodes, node_end;
+} gm__bb;
+
+static int gm__bb_need(void** p, size_t* cap, size_t used, size_t more, size_t elem) {
+    size_t c = (used + more) * 2;
+    void* q;
+    if (used + more <= *cap) return 1;
+    if (!(q = gm__grow_array(*p, *cap * elem, c * elem))) return 0;
+    *p = q, *cap = c;
+    return 1;
+}
+
+/* Places x at its minoff; 0 when the floor undo stack cannot grow. */
+static int gm__bb_place(gm__bb* b, gm__bbf* f, size_t ub, uint32_t* nun, uint32_t x) {
+    uint64_t top = b->minoff[x] + b->rs[x];
+    uint32_t k, i, y, lo = b->s0[x], hi = b->s1[x], p = b->upos[x], q = *nun - 1, *un = b->ls + ub;
+    f->placed = x, f->umin = b->numin, f->usec = b->nusec;
+    b->off[x] = b->minoff[x];
+    for (i = b->ovs[x]; i < b->ovs[x + 1]; i++) {
+        y = b->ov[i];
+        if (b->off[y] != UINT64_MAX || b->minoff[y] >= top) continue;
+        b->umx[b->numin] = y, b->umv[b->numin++] = b->minoff[y];
+        b->minoff[y] = top;
+        if (b->s0[y] < lo) lo = b->s0[y];
+        if (b->s1[y] > hi) hi = b->s1[y];
+    }
+    if (!gm__bb_need((void**)&b->usv, &b->capusv, b->nusec, hi - lo, sizeof(gm__bbs))) return 0;
+    for (k = b->s0[x]; k < b->s1[x]; k++) {
+        b->tot[k] -= b->rs[x];
+        if (k + 1 < b->s1[x]) b->cuts[k]--;
+        if (b->floor[k] < top) b->usv[b->nusec].k = k, b->usv[b->nusec++].v = b->floor[k], b->floor[k] = top;
+    }
+    /* The lowest minoff of the unplaced bounds a floor. The requests raised
+       to top all cross x's span, so their spans and x's make [lo, hi); the
+       floor there can rise to top at most, and in x's span it already has. */
+    for (k = lo; k < hi; k++) {
+        uint64_t m = top;
+        if (k == b->s0[x]) k = b->s1[x];
+        if (k >= hi) break;
+        if (b->floor[k] >= top) continue;
+        for (i = b->secs[k]; i < b->secs[k + 1] && m > b->floor[k]; i++)
+            if (b->off[b->sec[i]] == UINT64_MAX && b->minoff[b->sec[i]] < m) m = b->minoff[b->sec[i]];
+        b->work += (int64_t)(i - b->secs[k]);
+        if (m > b->floor[k]) b->usv[b->nusec].k = k, b->usv[b->nusec++].v = b->floor[k], b->floor[k] = m;
+    }
+    y = un[q]; /* x to the end of the unplaced; their order does not matter */
+    un[p] = y, b->upos[y] = p, un[q] = x, b->upos[x] = q;
+    (*nun)--;
+    b->work += (int64_t)(b->ovs[x + 1] - b->ovs[x] + hi - lo);
+    return 1;
+}
+
+static void gm__bb_unplace(gm__bb* b, gm__bbf* f, uint32_t* nun) {
+    uint32_t x = f->placed, k;
+    while (b->numin > f->umin) b->numin--, b->minoff[b->umx[b->numin]] = b->umv[b->numin];
+    while (b->nusec > f->usec) b->nusec--, b->floor[b->usv[b->nusec].k] = b->usv[b->nusec].v;
+    for (k = b->s0[x]; k < b->s1[x]; k++) {
+        b->tot[k] += b->rs[x];
+        if (k + 1 < b->s1[x]) b->cuts[k]++;
+    }
+    b->off[x] = UINT64_MAX;
+    (*nun)++;
+    f->placed = UINT32_MAX;
+}
+
+static int gm__bb_fits(gm__bb* b, uint32_t sa, uint32_t sb, uint64_t o, uint64_t cap) {
+    uint32_t k;
+    b->work += sb - sa;
+    for (k = sa; k < sb; k++)
+        if ((b->floor[k] > o ? b->floor[k] : o) + b->tot[k] > cap) return 0;
+    return 1;
+}
+
+/* The candidates after a placement at last_off by rank last_rank1 - 1 (0:
+   none yet); 0 when the scratch cannot grow. gm__bb_next takes them in
+   order, a selection at a time: most frames try only the first few. */
+static int gm__bb_expand(gm__bb* b, gm__bbf* f, size_t ub, uint32_t nun, uint64_t last_off, uint32_t last_rank1) {
+    uint64_t mh = UINT64_MAX;
+    const uint32_t* un = b->ls + ub;
+    uint32_t i;
+    for (i = 0; i < nun; i++)
+        if (b->minoff[un[i]] + b->rs[un[i]] < mh) mh = b->minoff[un[i]] + b->rs[un[i]];
+    if (!gm__bb_need((void**)&b->cand, &b->capcand, b->ncand, nun, sizeof(gm__bbc))) return 0;
+    f->lo = f->cur = b->ncand;
+    f->placed = UINT32_MAX;
+    for (i = 0; i < nun; i++) {
+        uint32_t x = un[i];
+        uint64_t o = b->minoff[x];
+        if (o >= mh || o < last_off || (o == last_off && b->rank[x] + 1 <= last_rank1)) continue;
+        b->cand[b->ncand].off = o, b->cand[b->ncand].rank = b->rank[x], b->cand[b->ncand++].x = x;
+    }
+    f->hi = b->ncand;
+    b->work += 2 * (int64_t)nun;
+    return 1;
+}
+
+static uint32_t gm__bb_next(gm__bb* b, gm__bbf* f) {
+    size_t j, m = f->cur;
+    gm__bbc t;
+    for (j = f->cur + 1; j < f->hi; j++)
+        if (b->cand[j].off != b->cand[m].off ? b->cand[j].off < b->cand[m].off : b->cand[j].rank < b->cand[m].rank) m = j;
+    b->work += (int64_t)(f->hi - f->cur);
+    t = b->cand[m], b->cand[m] = b->cand[f->cur], b->cand[f->cur] = t;
+    return b->cand[f->cur++].x;
+}
+
+static int gm__bb_dfs(gm__bb* b, size_t ub, uint32_t np, uint32_t sa, uint32_t sb, uint64_t cap, uint32_t d0, int nest);
+
+/* After x's placement cut [sa, sb) at the boundaries it alone crossed:
+   each side's unplaced requests are searched alone. Returns as the search. */
+static int gm__bb_split(gm__bb* b, size_t ub, uint32_t nun, uint32_t sb, uint64_t cap, uint32_t d0, int nest, uint32_t x,
+                        uint32_t a) {
+    uint32_t k = b->s0[x], e, i, cnt;
+    int r;
+    for (;; a = e) {
+        while (k + 1 < b->s1[x] && b->cuts[k]) k++;
+        e = k + 1 < b->s1[x] ? ++k : sb;
+        if (!gm__bb_need((void**)&b->ls, &b->capls, b->nls, nun, sizeof(uint32_t))) return -2;
+        for (cnt = 0, i = 0; i < nun; i++)
+            if (b->s0[b->ls[ub + i]] >= a && b->s0[b->ls[ub + i]] < e) b->ls[b->nls + cnt++] = b->ls[ub + i];
+        b->work += nun;
+        if (cnt) {
+            b->nls += cnt;
+            r = gm__bb_dfs(b, b->nls - cnt, cnt, a, e, cap, d0, nest);
+            b->nls -= cnt;
+            if (r != 1) return r;
+        }
+        if (e == sb) return 1;
+    }
+}
+
+/* Searches the level ls[ub, ub + np) within sections [sa, sb) from frame
+   d0. 1: packed within cap (offsets in sol, the state as it was); 0:
+   it cannot be; -1: the node or work limit came first; -2: no scratch. */
+static int gm__bb_dfs(gm__bb* b, size_t ub, uint32_t np, uint32_t sa, uint32_t sb, uint64_t cap, uint32_t d0, int nest) {
+    uint32_t d = d0, nun = np, i, x;
+    int r;
+    for (i = 0; i < np; i++) b->upos[b->ls[ub + i]] = i;
+    if (!gm__bb_expand(b, &b->fr[d], ub, nun, 0, 0)) return -2;
+    for (;;) {
+        gm__bbf* f = &b->fr[d];
+        if (f->placed != UINT32_MAX) gm__bb_unplace(b, f, &nun);
+        if (f->cur == f->hi) {
+            b->ncand = f->lo;
+            if (d == d0) return 0;
+            d--;
+            continue;
+        }
+        if (++b->nodes > b->node_end || b->work > b->work_end) return -1;
+        x = gm__bb_next(b, f);
+        if (!gm__bb_place(b, f, ub, &nun, x)) return -2;
+        if (!gm__bb_fits(b, sa, sb, b->off[x], cap)) continue;
+        r = nun ? 2 : 1;
+        for (i = b->s0[x]; r == 2 && nest < GM__BB_NEST && i + 1 < b->s1[x]; i++)
+            if (!b->cuts[i]) {
+                r = gm__bb_split(b, ub, nun, sb, cap, d + 1, nest + 1, x, sa);
+                for (i = 0; i < nun; i++) b->upos[b->ls[ub + i]] = i; /* the nested levels moved them */
+                if (r < 0) return r;
+                break;
+            }
+        if (r == 0) continue;
+        if (r == 1) { /* keep this level's placements, then undo them */
+            for (i = 0; i < np; i++)
+                if (b->off[b->ls[ub + i]] != UINT64_MAX) b->sol[b->ls[ub + i]] = b->off[b->ls[ub + i]];
+            for (;; d--) {
+                if (b->fr[d].placed != UINT32_MAX) gm__bb_unplace(b, &b->fr[d], &nun);
+                if (d == d0) break;
+            }
+            b->ncand = b->fr[d0].lo;
+            return 1;
+        }
+        if (!gm__bb_expand(b, &b->fr[++d], ub, nun, b->off[x], b->rank[x] + 1)) return -2;
+    }
+}
+
+/* Static orders: the largest section total over the span (T), area (A),
+   lifetime in sections (W), in MiniMalloc's three combinations. */
+static const gm__bb* gm__bb_sort_b;
+static int gm__bb_sort_h;
+static int gm__bb_cmp(const void* pa, const void* pb) {
+    static const char* keys[] = {"TAW", "TWA", "WAT"};
+    uint32_t x = *(const uint32_t*)pa, y = *(const uint32_t*)pb;
+    const gm__bb* b = gm__bb_sort_b;
+    uint64_t wx = b->s1[x] - b->s0[x], wy = b->s1[y] - b->s0[y];
+    double ax = (double)b->rs[x] * (double)wx, ay = (double)b->rs[y] * (double)wy;
+    const char* k;
+    for (k = keys[gm__bb_sort_h]; *k; k++) {
+        if (*k == 'T' && b->tmax[x] != b->tmax[y]) return b->tmax[x] > b->tmax[y] ? -1 : 1;
+        if (*k == 'A' && ax != ay) return ax > ay ? -1 : 1;
+        if (*k == 'W' && wx != wy) return wx > wy ? -1 : 1;
+    }
+    if (b->s0[x] != b->s0[y]) return b->s0[x] < b->s0[y] ? -1 : 1; /* not the index: the plan */
+    return x < y ? -1 : x > y;                                     /* follows the lifetimes */
+}
+
+static uint64_t gm__luby(uint64_t i) { /* 1 1 2 1 1 2 4 1 1 2 ... for i >= 1 */
+    for (;;) {
+        uint64_t k = 1;
+        while ((1ull << k) - 1 < i) k++;
+        if (i == (1ull << k) - 1) return 1ull << (k - 1);
+        i -= (1ull << (k - 1)) - 1;
+    }
+}
+
+/* Packs one partition within cap (offsets in sol). The search's running
+   time is heavy-tailed: a run that goes wrong near the root rarely
+   recovers, while another order finds a packing in a few hundred nodes. So
+   it restarts often: node limits of 2 x np times the Luby sequence (1 1 2
+   1 1 2 4 ...), cycling through the three orders, each after the first
+   three shuffled by np/2 swaps of neighbours (a fixed seed: the same input
+   gives the same plan). Returns as the search. */
+static int gm__bb_solve(gm__bb* b, uint32_t* part, uint32_t np, uint32_t sa, uint32_t sb, uint64_t cap) {
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    uint32_t i, k, j;
+    int r;
+    if (!gm__bb_need((void**)&b->ls, &b->capls, 0, np, sizeof(uint32_t))) return -2;
+    for (j = 0;; j++) {
+        pthread_mutex_lock(&gm__pack_mu);
+        gm__bb_sort_b = b, gm__bb_sort_h = (int)(j % 3);
+        qsort(part, np, sizeof(uint32_t), gm__bb_cmp);
+        pthread_mutex_unlock(&gm__pack_mu);
+        for (i = 0; j >= 3 && i < np / 2; i++) {
+            uint32_t x, y, t;
+            rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+            x = (uint32_t)(((rng * 2685821657736338717ull) >> 33) % np);
+            y = x + 1 + (uint32_t)(rng % 3);
+            if (y < np) t = part[x], part[x] = part[y], part[y] = t;
+        }
+        for (i = 0; i < np; i++) b->rank[part[i]] = i, b->ls[i] = part[i], b->minoff[part[i]] = 0, b->off[part[i]] = UINT64_MAX;
+        for (k = sa; k < sb; k++) b->floor[k] = 0, b->tot[k] = b->tot0[k], b->cuts[k] = b->cuts0[k];
+        b->nls = np, b->numin = b->nusec = b->ncand = 0;
+        b->nodes = 0, b->node_end = 2 * (int64_t)np * (int64_t)gm__luby(j + 1);
+        r = gm__bb_fits(b, sa, sb, 0, cap) ? gm__bb_dfs(b, 0, np, sa, sb, cap, 0, 0) : 0;
+        if (r != -1 || b->work > b->work_end) return r;
+    }
+}
+
+/* An event of the time compression: key 2t for an end, 2t + 1 for a start
+   (ends first at one time). */
+typedef struct gm__pke {
+    uint64_t key;
+    uint32_t x;
+} gm__pke;
+static int gm__pke_cmp(const void* a, const void* b) {
+    uint64_t x = ((const gm__pke*)a)->key, y = ((const gm__pke*)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* Lowers *best (offsets in best_off) by probing capacities between the
+   lower bound (the largest section total) and *best: the bound first, with
+   a quarter of the budget, then halving the gap, each probe with half of
+   what is left. A probe searches only the partitions whose current packing
+   does not fit. Nothing runs when greedy is within 0.2% of the bound (the
+   usual training step), or past GM__PLAN_SEARCH_PAIRS overlaps. */
+static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs, uint64_t align, uint64_t* best_off,
+                            uint64_t* best) {
+    gm__bb b;
+    uint64_t lo = 0, hi = *best, *gtop = NULL;
+    gm__pke* ev = NULL;
+    int64_t* diff = NULL;
+    uint32_t nt = 0, nsec, i, k, np = 0, *pid = NULL, *pst = NULL, *plist = NULL, *psa = NULL, *psb = NULL, *ord = NULL;
+    size_t pairs = 0, spans = 0, a, c;
+    int first = 1;
+    memset(&b, 0, sizeof b);
+    b.r = r, b.rs = rs;
+    /* Sections: only the live sets right after a run of starts matter, so
+       a run of starts opens section k and the run of ends after it closes
+       it at k + 1 (overlap is unchanged: a start before an end stays so). */
+    ev = (gm__pke*)GPUMEM_MALLOC(2 * (size_t)n * sizeof(gm__pke));
+    b.s0 = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
+    b.s1 = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
+    if (!ev || !b.s0 || !b.s1) goto done;
+    for (i = 0; i < n; i++) {
+        if (r[i].end >> 62) goto done;
+        ev[2 * i].key = r[i].start * 2 + 1, ev[2 * i].x = i;
+        ev[2 * i + 1].key = r[i].end * 2, ev[2 * i + 1].x = i;
+    }
+    qsort(ev, 2 * (size_t)n, sizeof(gm__pke), gm__pke_cmp);
+    {
+        uint32_t cur = 0;
+        int last_end = 0;
+        for (a = 0; a < 2 * (size_t)n; a++) {
+            if (ev[a].key & 1) {
+                if (last_end) cur++;
+                b.s0[ev[a].x] = cur, last_end = 0;
+            } else
+                b.s1[ev[a].x] = cur + 1, last_end = 1;
+        }
+        nt = cur + 2;
+    }
+    nsec = nt - 1;
+    b.tot0 = (uint64_t*)gm__calloc((size_t)nt * sizeof(uint64_t));
+    diff = (int64_t*)gm__calloc((size_t)nt * sizeof(int64_t));
+    if (!b.tot0 || !diff) goto done;
+    for (i = 0; i < n; i++) spans += b.s1[i] - b.s0[i];
+    for (i = 0; i < n; i++) b.tot0[b.s0[i]] += rs[i], b.tot0[b.s1[i]] -= rs[i]; /* wraps, then sums back */
+    for (k = 1; k < nsec; k++) b.tot0[k] += b.tot0[k - 1];
+    for (k = 0; k < nsec; k++)
+        if (b.tot0[k] > lo) lo = b.tot0[k];
+    if (hi <= lo + lo / 512 || !GPUMEM_PLAN_SEARCH) goto done; /* greedy is within 0.2% of the bound */
+    /* partitions: boundary k|k+1 is a cut when no request spans both */
+    for (i = 0; i < n; i++)
+        if (b.s1[i] - b.s0[i] > 1) diff[b.s0[i]]++, diff[b.s1[i] - 1]--;
+    pid = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
+    psa = (uint32_t*)GPUMEM_MALLOC(((size_t)nsec + 1) * sizeof(uint32_t));
+    psb = (uint32_t*)GPUMEM_MALLOC(((size_t)nsec + 1) * sizeof(uint32_t));
+    pst = (uint32_t*)gm__calloc(((size_t)nsec + 2) * sizeof(uint32_t));
+    plist = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
+    ord = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
+    b.cuts0 = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
+    if (!pid || !psa || !psb || !pst || !plist || !ord || !b.cuts0) goto done;
+    {
+        int64_t cross = 0;
+        psa[0] = 0;
+        for (k = 0; k < nsec; k++) {
+            pid[k] = np;
+            cross += diff[k];
+            b.cuts0[k] = (uint32_t)cross;
+            if (k + 1 == nsec || !cross) psb[np] = k + 1, psa[++np] = k + 1;
+        }
+    }
+    for (i = 0; i < n; i++) pst[pid[b.s0[i]] + 1]++;
+    for (k = 0; k < np; k++) pst[k + 1] += pst[k];
+    for (i = 0; i < n; i++) plist[pst[pid[b.s0[i]]]++] = i;
+    for (k = np; k > 0; k--) pst[k] = pst[k - 1];
+    pst[0] = 0;
+    /* overlaps: by s0 (a counting sort), each with those starting before it ends */
+    memset(diff, 0, (size_t)nt * sizeof(int64_t));
+    for (i = 0; i < n; i++) diff[b.s0[i] + 1]++;
+    for (k = 1; k < nt; k++) diff[k] += diff[k - 1];
+    for (i = 0; i < n; i++) ord[diff[b.s0[i]]++] = i;
+    b.ovs = (uint32_t*)gm__calloc(((size_t)n + 1) * sizeof(uint32_t));
+    if (!b.ovs) goto done;
+    for (a = 0; a < n; a++)
+        for (c = a + 1; c < n && b.s0[ord[c]] < b.s1[ord[a]]; c++) {
+            b.ovs[ord[a] + 1]++, b.ovs[ord[c] + 1]++;
+            if ((pairs += 2) > GM__PLAN_SEARCH_PAIRS) goto done;
+        }
+    for (i = 0; i < n; i++) b.ovs[i + 1] += b.ovs[i];
+    b.ov = (uint32_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint32_t));
+    b.secs = (uint32_t*)gm__calloc(((size_t)nsec + 1) * sizeof(uint32_t));
+    b.sec = (uint32_t*)GPUMEM_MALLOC((spans + 1) * sizeof(uint32_t));
+    b.tmax = (uint64_t*)gm__calloc((size_t)n * sizeof(uint64_t));
+    b.cuts = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
+    b.floor = (uint64_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint64_t));
+    b.tot = (uint64_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint64_t));
+    b.minoff = (uint64_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint64_t));
+    b.off = (uint64_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint64_t));
+    b.sol = (uint64_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint64_t));
+    b.rank = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
+    b.upos = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
+    b.stamp = (uint32_t*)gm__calloc((size_t)nsec * sizeof(uint32_t));
+    b.aff = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
+    b.umx = (uint32_t*)GPUMEM_MALLOC((pairs + n + 1) * sizeof(uint32_t));
+    b.umv = (uint64_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint64_t));
+    b.fr = (gm__bbf*)GPUMEM_MALLOC(((size_t)n + 1) * sizeof(gm__bbf));
+    gtop = (uint64_t*)gm__calloc((size_t)np * sizeof(uint64_t));
+    if (!b.ov || !b.secs || !b.sec || !b.tmax || !b.cuts || !b.floor || !b.tot || !b.minoff || !b.off ||
+        !b.sol || !b.rank || !b.upos || !b.stamp || !b.aff || !b.umx || !b.umv || !b.fr || !gtop)
+        goto done;
+    for (i = 0; i < n; i++) b.umx[i] = b.ovs[i]; /* borrowed: where each list fills next */
+    for (a = 0; a < n; a++)
+        for (c = a + 1; c < n && b.s0[ord[c]] < b.s1[ord[a]]; c++)
+            b.ov[b.umx[ord[a]]++] = ord[c], b.ov[b.umx[ord[c]]++] = ord[a];
+    for (i = 0; i < n; i++)
+        for (k = b.s0[i]; k < b.s1[i]; k++) {
+            b.secs[k + 1]++;
+            if (b.tot0[k] > b.tmax[i]) b.tmax[i] = b.tot0[k];
+        }
+    for (k = 0; k < nsec; k++) b.secs[k + 1] += b.secs[k];
+    for (k = 0; k < nsec; k++) b.aff[k] = b.secs[k]; /* borrowed: where each list fills next */
+    for (i = 0; i < n; i++)
+        for (k = b.s0[i]; k < b.s1[i]; k++) b.sec[b.aff[k]++] = i;
+    for (i = 0; i < n; i++) {
+        uint64_t top = best_off[i] + rs[i];
+        if (top > gtop[pid[b.s0[i]]]) gtop[pid[b.s0[i]]] = top;
+    }
+    b.work_end = GPUMEM_PLAN_SEARCH;
+    /* probes: the bound first, then halving [lo, hi) */
+    while (lo < hi && b.work < GPUMEM_PLAN_SEARCH) {
+        uint64_t cap = first ? lo : lo + (hi - lo) / 2 / align * align, top = 0;
+        int ok = 1;
+        b.work_end = b.work + (GPUMEM_PLAN_SEARCH - b.work) / (first ? 4 : 2);
+        first = 0;
+        for (k = 0; k < np && ok; k++)
+            if (gtop[k] > cap) ok = gm__bb_solve(&b, plist + pst[k], pst[k + 1] - pst[k], psa[k], psb[k], cap) == 1;
+        if (!ok) {
+            lo = cap + align;
+            continue;
+        }
+        for (k = 0; k < np; k++) {
+            if (gtop[k] > cap) {
+                gtop[k] = 0;
+                for (i = pst[k]; i < pst[k + 1]; i++) {
+                    uint32_t x = plist[i];
+                    best_off[x] = b.sol[x];
+                    if (b.sol[x] + rs[x] > gtop[k]) gtop[k] = b.sol[x] + rs[x];
+                }
+            }
+            if (gtop[k] > top) top = gtop[k];
+        }
+        hi = *best = top;
+    }
+done:
+    GPUMEM_FREE(ev), GPUMEM_FREE(diff), GPUMEM_FREE(pid), GPUMEM_FREE(psa), GPUMEM_FREE(psb), GPUMEM_FREE(pst);
+    GPUMEM_FREE(plist), GPUMEM_FREE(ord), GPUMEM_FREE(gtop);
+    GPUMEM_FREE(b.s0), GPUMEM_FREE(b.s1), GPUMEM_FREE(b.tot0), GPUMEM_FREE(b.ovs), GPUMEM_FREE(b.ov);
+    GPUMEM_FREE(b.tmax), GPUMEM_FREE(b.floor), GPUMEM_FREE(b.tot), GPUMEM_FREE(b.minoff), GPUMEM_FREE(b.off);
+    GPUMEM_FREE(b.rank), GPUMEM_FREE(b.upos), GPUMEM_FREE(b.umx), GPUMEM_FREE(b.umv), GPUMEM_FREE(b.usv);
+    GPUMEM_FREE(b.fr), GPUMEM_FREE(b.cand), GPUMEM_FREE(b.secs), GPUMEM_FREE(b.sec), GPUMEM_FREE(b.cuts0);
+    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.stamp), GPUMEM_FREE(b.aff), GPUMEM_FREE(b.ls);
+}
 
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
     gm__pack pk;
@@ -5574,6 +6056,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
             memcpy(best_order, order, n * sizeof(uint32_t));
         }
     }
+    gm__pack_search(reqs, (uint32_t)n, pk.rs, align, best_off, &best);
     for (i = 0; i < n; i++) reqs[i].offset = best_off[i];
     *region = best;
     GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off);

@@ -3,6 +3,7 @@
    size, an extra request, a missing free, a request on another stream),
    gm_check after every operation, and every live block filled with its
    own byte and checked before it is freed, so an overlap cannot hide. */
+#define GPUMEM_PLAN_SEARCH 30000000 /* the packer's search, cut short: many packings here */
 #include "gm_test.h"
 
 #define KiB ((size_t)1 << 10)
@@ -34,8 +35,60 @@ static void test_pack_random(void) {
     }
 }
 
+/* Packings with no slack: a rectangle of time x bytes cut at random, time
+   or bytes, into pieces; each piece is a request. Every instant is fully
+   covered, so the optimum is the rectangle's height. gm_plan_pack must
+   reach it, and so must the exact search alone, started from the worst
+   packing (everything stacked). */
+static size_t pieces; /* leaves so far, counting those still to be cut */
+static size_t cut(gm_plan_req* q, size_t n, size_t max, uint64_t t0, uint64_t t1, uint64_t b0, uint64_t b1) {
+    int by_time = (int)(t_rand() % 2);
+    if (pieces >= max || (t1 - t0 < 2 && b1 - b0 < 1024) || t_rand() % 8 == 0) {
+        q[n].start = t0, q[n].end = t1, q[n].size = b1 - b0;
+        return n + 1;
+    }
+    if (t1 - t0 < 2) by_time = 0;
+    if (b1 - b0 < 1024) by_time = 1;
+    pieces++;
+    if (by_time) {
+        uint64_t m = t0 + 1 + t_rand() % (t1 - t0 - 1);
+        n = cut(q, n, max, t0, m, b0, b1);
+        return cut(q, n, max, m, t1, b0, b1);
+    } else {
+        uint64_t m = b0 + 512 * (1 + t_rand() % ((b1 - b0) / 512 - 1));
+        n = cut(q, n, max, t0, t1, b0, m);
+        return cut(q, n, max, t0, t1, m, b1);
+    }
+}
+
+static void test_pack_exact(void) {
+    int round, exact = 0;
+    for (round = 0; round < 20; round++) {
+        gm_plan_req q[60];
+        uint64_t region = 0, height = 512 * (uint64_t)(8 + t_rand() % 64);
+        size_t n;
+        pieces = 1;
+        n = cut(q, 0, 60, 0, 20 + t_rand() % 50, 0, height);
+        T_OK(gm_plan_pack(q, n, 512, &region));
+        T_EQ(gm_plan_check(q, n, region), 0);
+        T_EQ(gm_plan_peak_live(q, n), height);
+        exact += region == height;
+        /* the search alone (white box), from the worst start: all stacked */
+        {
+            uint64_t rs[60], off[60], top = 0;
+            size_t i;
+            for (i = 0; i < n; i++) rs[i] = q[i].size, off[i] = top, top += rs[i];
+            gm__pack_search(q, (uint32_t)n, rs, 512, off, &top);
+            for (i = 0; i < n; i++) q[i].offset = off[i];
+            T_EQ(top, height);
+            T_EQ(gm_plan_check(q, n, top), 0);
+        }
+    }
+    T_EQ(exact, 20);
+}
+
 static void test_pack_edges(void) {
-    gm_plan_req q[3];
+    gm_plan_req q[60];
     uint64_t region = 7;
     memset(q, 0, sizeof q);
     T_OK(gm_plan_pack(q, 0, 0, &region));
@@ -301,6 +354,7 @@ static void test_random_departures(void) {
 int main(void) {
     test_pack_edges();
     test_pack_random();
+    test_pack_exact();
     test_planned_steps();
     test_replan();
     test_two_streams();
