@@ -5545,7 +5545,6 @@ typedef struct gm__bbs { /* a section's floor before a change */
     uint64_t v;
 } gm__bbs;
 typedef struct gm__bb {
-    const gm_plan_req* r;
     const uint64_t* rs;
     uint32_t *s0, *s1;       /* section span of each request */
     uint32_t *ovs, *ov;      /* CSR: the requests sharing a section with each */
@@ -5828,7 +5827,7 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
     size_t pairs = 0, spans = 0, a, c;
     int first = 1;
     memset(&b, 0, sizeof b);
-    b.r = r, b.rs = rs;
+    b.rs = rs;
     /* Sections: only the live sets right after a run of starts matter, so
        a run of starts opens section k and the run of ends after it closes
        it at k + 1 (overlap is unchanged: a start before an end stays so). */
@@ -5941,7 +5940,6 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
         uint64_t top = best_off[i] + rs[i];
         if (top > gtop[pid[b.s0[i]]]) gtop[pid[b.s0[i]]] = top;
     }
-    b.work_end = GPUMEM_PLAN_SEARCH;
     /* probes: the bound first, then halving [lo, hi) */
     while (lo < hi && b.work < GPUMEM_PLAN_SEARCH) {
         uint64_t cap = first ? lo : lo + (hi - lo) / 2 / align * align, top = 0;
