@@ -5505,8 +5505,8 @@ static int gm__pack_cmp(const void* a, const void* b) {
 static pthread_mutex_t gm__pack_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no user pointer */
 
 /* The exact search (MiniMalloc, Moffitt, ASPLOS 2023), for what greedy
-   leaves above the lower bound. Time is cut into sections at every start
-   and end; request x spans sections [s0[x], s1[x]). Any packing can be
+   leaves above the lower bound. Time is cut into sections, one a run of
+   starts (gm__pack_search); request x spans [s0[x], s1[x]). Any packing can be
    pushed down until each request rests on one it shares a section with
    (or on 0); taken by offset, each then sits at `minoff`, the top of those
    placed before it. So a depth-first search places requests in offset
