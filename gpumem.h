@@ -22,7 +22,8 @@
                                   stream) also asserts, on top of the error
         GPUMEM_PLAN_SEARCH        work budget of gm_plan_pack's exact
                                   search (default 1e9, about a second on
-                                  the hardest packings; 0 turns it off)
+                                  the hardest packings, x 1000/n past
+                                  1000 requests; 0 turns it off)
 
     QUICK START
     ===========
@@ -623,8 +624,8 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    Where that is more than 0.2% above the largest sum live at one time, a
    branch-and-bound search (MiniMalloc's, with frequent restarts) probes
    smaller regions within a fixed work budget (GPUMEM_PLAN_SEARCH: about a
-   second on the hardest inputs); the same input always gives the same
-   plan.
+   second on the hardest inputs, scaled by 1000/n past 1000 requests); the
+   same input always gives the same plan.
    GM_ERR_INVALID_ARGUMENT for NULL pointers, end <= start or a size of 0;
    GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
 typedef struct gm_plan_req {
@@ -5426,24 +5427,36 @@ static void gm__tier_shutdown(gm_context* ctx) {
      (gm_plan_check counts the pairs that do not).
    gm__pack_order places the requests one by one in a given order: each
    goes to the smallest gap (lowest offset on ties) left between the placed
-   requests live at the same time, else above all of them. The placed ones
-   are kept sorted by offset, so one pass finds every gap: O(n) a request,
-   O(n^2) a packing. gm_plan_pack tries several orders, then, while the
+   requests live at the same time, else above all of them. Those it finds
+   on x's overlap list (gm__pack_overlaps: the requests whose lifetimes meet
+   x's, O(degree log degree) a request); past GM__PLAN_PAIRS overlaps there
+   is no list, and it scans every placed request, kept sorted by offset
+   (O(n) a request). gm_plan_pack tries several orders, then, while the
    work stays small, perturbs the best order (a few swaps) and keeps what
    packs no worse; then, when that is more than 0.2% above the lower
    bound, an exact search (below) closes what it can of the gap. */
 #ifndef GM__PLAN_WORK
-#define GM__PLAN_WORK 200000000u /* placements x placed, summed over the perturbed packings */
+#define GM__PLAN_WORK 200000000u /* about ns: n^2 a scanned packing, 32 x overlaps a listed one */
 #endif
 #ifndef GM__PLAN_ROUNDS
 #define GM__PLAN_ROUNDS 400u
 #endif
+#ifndef GM__PLAN_PAIRS
+#define GM__PLAN_PAIRS (1u << 22) /* overlap entries past which there are no lists (and no search) */
+#endif
+typedef struct gm__span {
+    uint64_t off, top;
+} gm__span;
 typedef struct gm__pack {
     gm_plan_req* r;
     size_t n;
     uint64_t* rs;      /* sizes rounded to the alignment */
-    uint64_t* off;     /* offsets of the packing in progress */
-    uint32_t* placed;  /* placed requests by offset */
+    uint64_t* off;     /* offsets of the packing in progress (UINT64_MAX: not yet) */
+    uint32_t* placed;  /* placed requests by offset (without overlap lists) */
+    uint32_t *ovs, *ov; /* CSR: the requests whose lifetimes meet each; NULL past GM__PLAN_PAIRS */
+    size_t pairs;
+    int scan;          /* gm__pack_order scans the placed: the lists are too dense to pay */
+    gm__span* sp;      /* scratch: the placed neighbours of the one being placed */
 } gm__pack;
 
 /* Whether two placed requests share a byte. */
@@ -5451,26 +5464,47 @@ static int gm__bytes_overlap(const gm_plan_req* a, const gm_plan_req* b) {
     return a->offset < b->offset + b->size && b->offset < a->offset + a->size;
 }
 
+static int gm__span_cmp(const void* a, const void* b) {
+    uint64_t x = ((const gm__span*)a)->off, y = ((const gm__span*)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/* The lowest offset of the smallest gap that holds sz between spans sorted
+   by offset, else the top of them all. */
+static uint64_t gm__pack_fit(const gm__span* sp, size_t m, uint64_t sz) {
+    uint64_t prev = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+    size_t i;
+    for (i = 0; i < m; i++) {
+        if (sp[i].off > prev && sp[i].off - prev >= sz && sp[i].off - prev < best_gap) best_gap = sp[i].off - prev, best = prev;
+        if (sp[i].top > prev) prev = sp[i].top;
+    }
+    return best != UINT64_MAX ? best : prev;
+}
+
 static uint64_t gm__pack_order(gm__pack* pk, const uint32_t* order) {
     const gm_plan_req* r = pk->r;
     uint64_t top = 0;
-    size_t np = 0, k, i;
+    size_t np = 0, k, i, m;
+    for (i = 0; i < pk->n; i++) pk->off[i] = UINT64_MAX;
     for (k = 0; k < pk->n; k++) {
         uint32_t x = order[k];
-        uint64_t sz = pk->rs[x], s = r[x].start, e = r[x].end, prev = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+        uint64_t s = r[x].start, e = r[x].end;
         size_t lo = 0, hi;
-        for (i = 0; i < np; i++) {
-            uint32_t y = pk->placed[i];
-            uint64_t o = pk->off[y];
-            if (r[y].start >= e || s >= r[y].end) continue; /* not live at the same time */
-            if (o > prev && o - prev >= sz && o - prev < best_gap) {
-                best_gap = o - prev;
-                best = prev;
+        m = 0;
+        if (!pk->scan) {
+            for (i = pk->ovs[x]; i < pk->ovs[x + 1]; i++)
+                if (pk->off[pk->ov[i]] != UINT64_MAX)
+                    pk->sp[m].off = pk->off[pk->ov[i]], pk->sp[m].top = pk->sp[m].off + pk->rs[pk->ov[i]], m++;
+            if (m > 1) qsort(pk->sp, m, sizeof(gm__span), gm__span_cmp);
+        } else
+            for (i = 0; i < np; i++) {
+                uint32_t y = pk->placed[i];
+                if (r[y].start >= e || s >= r[y].end) continue; /* not live at the same time */
+                pk->sp[m].off = pk->off[y], pk->sp[m].top = pk->off[y] + pk->rs[y], m++;
             }
-            if (o + pk->rs[y] > prev) prev = o + pk->rs[y];
-        }
-        pk->off[x] = best != UINT64_MAX ? best : prev;
-        if (pk->off[x] + sz > top) top = pk->off[x] + sz;
+        pk->off[x] = gm__pack_fit(pk->sp, m, pk->rs[x]);
+        if (pk->off[x] + pk->rs[x] > top) top = pk->off[x] + pk->rs[x];
+        if (!pk->scan) continue;
         hi = np; /* insert by offset */
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
@@ -5504,6 +5538,44 @@ static int gm__pack_cmp(const void* a, const void* b) {
 
 static pthread_mutex_t gm__pack_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no user pointer */
 
+/* pk's overlap lists: by start, each request with those starting before it
+   ends; none (NULL) past GM__PLAN_PAIRS entries or without memory. */
+static void gm__pack_overlaps(gm__pack* pk, uint32_t* ord) {
+    const gm_plan_req* r = pk->r;
+    size_t n = pk->n, a, c, pairs = 0;
+    uint32_t *ovs, *ov, *fill;
+    pk->ovs = pk->ov = NULL, pk->pairs = 0, pk->scan = 1;
+    for (a = 0; a < n; a++) ord[a] = (uint32_t)a;
+    pthread_mutex_lock(&gm__pack_mu);
+    gm__pack_reqs = r;
+    gm__pack_key = 3;
+    qsort(ord, n, sizeof(uint32_t), gm__pack_cmp);
+    pthread_mutex_unlock(&gm__pack_mu);
+    if (!(ovs = (uint32_t*)gm__calloc((n + 1) * sizeof(uint32_t)))) return;
+    for (a = 0; a < n; a++)
+        for (c = a + 1; c < n && r[ord[c]].start < r[ord[a]].end; c++) {
+            ovs[ord[a] + 1]++, ovs[ord[c] + 1]++;
+            if ((pairs += 2) > GM__PLAN_PAIRS) {
+                GPUMEM_FREE(ovs);
+                return;
+            }
+        }
+    for (a = 0; a < n; a++) ovs[a + 1] += ovs[a];
+    ov = (uint32_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint32_t));
+    fill = (uint32_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint32_t));
+    if (!ov || !fill) {
+        GPUMEM_FREE(ovs), GPUMEM_FREE(ov), GPUMEM_FREE(fill);
+        return;
+    }
+    memcpy(fill, ovs, n * sizeof(uint32_t));
+    for (a = 0; a < n; a++)
+        for (c = a + 1; c < n && r[ord[c]].start < r[ord[a]].end; c++)
+            ov[fill[ord[a]]++] = ord[c], ov[fill[ord[c]]++] = ord[a];
+    GPUMEM_FREE(fill);
+    pk->ovs = ovs, pk->ov = ov, pk->pairs = pairs;
+    pk->scan = pairs > n * n / 32; /* a list costs a sort: dense ones lose to the scan */
+}
+
 /* The exact search (MiniMalloc, Moffitt, ASPLOS 2023), for what greedy
    leaves above the lower bound. Time is cut into sections, one a run of
    starts (gm__pack_search); request x spans [s0[x], s1[x]). Any packing can be
@@ -5528,9 +5600,6 @@ static pthread_mutex_t gm__pack_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no 
 #ifndef GPUMEM_PLAN_SEARCH
 #define GPUMEM_PLAN_SEARCH 1000000000 /* sections, requests and neighbours visited: about a second */
 #endif
-#ifndef GM__PLAN_SEARCH_PAIRS
-#define GM__PLAN_SEARCH_PAIRS (1u << 22) /* overlap entries past which no search runs */
-#endif
 #define GM__BB_NEST 64
 typedef struct gm__bbc { /* a candidate: placed at off, ordered by (off, rank) */
     uint64_t off;
@@ -5547,13 +5616,13 @@ typedef struct gm__bbs { /* a section's floor before a change */
 typedef struct gm__bb {
     const uint64_t* rs;
     uint32_t *s0, *s1;       /* section span of each request */
-    uint32_t *ovs, *ov;      /* CSR: the requests sharing a section with each */
+    const uint32_t *ovs, *ov; /* CSR: the requests sharing a section with each (gm__pack's) */
     uint32_t *secs, *sec;    /* CSR: the requests live in each section */
     uint64_t *tot0, *tmax;   /* size live in each section; the largest over a request's span */
     uint32_t *cuts0, *cuts;  /* requests (unplaced, during the search) spanning boundary k|k+1 */
     uint64_t *floor, *tot;   /* per section, during the search */
     uint64_t *minoff, *off, *sol; /* per request; off UINT64_MAX while unplaced */
-    uint32_t *rank, *upos, *stamp, *aff, stampv;
+    uint32_t *rank, *upos, *aff;
     uint32_t* ls; /* the levels' request lists, a stack */
     size_t nls, capls;
     uint32_t* umx; /* undo of minoff */
@@ -5816,18 +5885,23 @@ static int gm__pke_cmp(const void* a, const void* b) {
    a quarter of the budget, then halving the gap, each probe with half of
    what is left. A probe searches only the partitions whose current packing
    does not fit. Nothing runs when greedy is within 0.2% of the bound (the
-   usual training step), or past GM__PLAN_SEARCH_PAIRS overlaps. */
-static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs, uint64_t align, uint64_t* best_off,
-                            uint64_t* best) {
+   usual training step), or without overlap lists (past GM__PLAN_PAIRS). */
+static void gm__pack_search(const gm__pack* pk, uint64_t align, uint64_t* best_off, uint64_t* best) {
     gm__bb b;
+    const gm_plan_req* r = pk->r;
+    const uint64_t* rs = pk->rs;
     uint64_t lo = 0, hi = *best, *gtop = NULL;
     gm__pke* ev = NULL;
     int64_t* diff = NULL;
-    uint32_t nt = 0, nsec, i, k, np = 0, *pid = NULL, *pst = NULL, *plist = NULL, *psa = NULL, *psb = NULL, *ord = NULL;
-    size_t pairs = 0, spans = 0, a, c;
+    uint32_t n = (uint32_t)pk->n, nt = 0, nsec, i, k, np = 0, *pid = NULL, *pst = NULL, *plist = NULL, *psa = NULL,
+             *psb = NULL;
+    size_t pairs = pk->pairs, spans = 0, a;
     int first = 1;
+    int64_t budget = (int64_t)GPUMEM_PLAN_SEARCH; /* all of it up to 1000 requests, then less: a large */
+    if (n > 1000) budget = budget / n * 1000;     /* step's planning stays well under a second */
     memset(&b, 0, sizeof b);
-    b.rs = rs;
+    b.rs = rs, b.ovs = pk->ovs, b.ov = pk->ov;
+    if (!pk->ovs) return; /* too many overlaps to search */
     /* Sections: only the live sets right after a run of starts matter, so
        a run of starts opens section k and the run of ends after it closes
        it at k + 1 (overlap is unchanged: a start before an end stays so). */
@@ -5871,9 +5945,8 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
     psb = (uint32_t*)GPUMEM_MALLOC(((size_t)nsec + 1) * sizeof(uint32_t));
     pst = (uint32_t*)gm__calloc(((size_t)nsec + 2) * sizeof(uint32_t));
     plist = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
-    ord = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
     b.cuts0 = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
-    if (!pid || !psa || !psb || !pst || !plist || !ord || !b.cuts0) goto done;
+    if (!pid || !psa || !psb || !pst || !plist || !b.cuts0) goto done;
     {
         int64_t cross = 0;
         psa[0] = 0;
@@ -5889,20 +5962,6 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
     for (i = 0; i < n; i++) plist[pst[pid[b.s0[i]]]++] = i;
     for (k = np; k > 0; k--) pst[k] = pst[k - 1];
     pst[0] = 0;
-    /* overlaps: by s0 (a counting sort), each with those starting before it ends */
-    memset(diff, 0, (size_t)nt * sizeof(int64_t));
-    for (i = 0; i < n; i++) diff[b.s0[i] + 1]++;
-    for (k = 1; k < nt; k++) diff[k] += diff[k - 1];
-    for (i = 0; i < n; i++) ord[diff[b.s0[i]]++] = i;
-    b.ovs = (uint32_t*)gm__calloc(((size_t)n + 1) * sizeof(uint32_t));
-    if (!b.ovs) goto done;
-    for (a = 0; a < n; a++)
-        for (c = a + 1; c < n && b.s0[ord[c]] < b.s1[ord[a]]; c++) {
-            b.ovs[ord[a] + 1]++, b.ovs[ord[c] + 1]++;
-            if ((pairs += 2) > GM__PLAN_SEARCH_PAIRS) goto done;
-        }
-    for (i = 0; i < n; i++) b.ovs[i + 1] += b.ovs[i];
-    b.ov = (uint32_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint32_t));
     b.secs = (uint32_t*)gm__calloc(((size_t)nsec + 1) * sizeof(uint32_t));
     b.sec = (uint32_t*)GPUMEM_MALLOC((spans + 1) * sizeof(uint32_t));
     b.tmax = (uint64_t*)gm__calloc((size_t)n * sizeof(uint64_t));
@@ -5914,19 +5973,14 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
     b.sol = (uint64_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint64_t));
     b.rank = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
     b.upos = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
-    b.stamp = (uint32_t*)gm__calloc((size_t)nsec * sizeof(uint32_t));
     b.aff = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
     b.umx = (uint32_t*)GPUMEM_MALLOC((pairs + n + 1) * sizeof(uint32_t));
     b.umv = (uint64_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint64_t));
     b.fr = (gm__bbf*)GPUMEM_MALLOC(((size_t)n + 1) * sizeof(gm__bbf));
     gtop = (uint64_t*)gm__calloc((size_t)np * sizeof(uint64_t));
-    if (!b.ov || !b.secs || !b.sec || !b.tmax || !b.cuts || !b.floor || !b.tot || !b.minoff || !b.off ||
-        !b.sol || !b.rank || !b.upos || !b.stamp || !b.aff || !b.umx || !b.umv || !b.fr || !gtop)
+    if (!b.secs || !b.sec || !b.tmax || !b.cuts || !b.floor || !b.tot || !b.minoff || !b.off ||
+        !b.sol || !b.rank || !b.upos || !b.aff || !b.umx || !b.umv || !b.fr || !gtop)
         goto done;
-    for (i = 0; i < n; i++) b.umx[i] = b.ovs[i]; /* borrowed: where each list fills next */
-    for (a = 0; a < n; a++)
-        for (c = a + 1; c < n && b.s0[ord[c]] < b.s1[ord[a]]; c++)
-            b.ov[b.umx[ord[a]]++] = ord[c], b.ov[b.umx[ord[c]]++] = ord[a];
     for (i = 0; i < n; i++)
         for (k = b.s0[i]; k < b.s1[i]; k++) {
             b.secs[k + 1]++;
@@ -5941,10 +5995,10 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
         if (top > gtop[pid[b.s0[i]]]) gtop[pid[b.s0[i]]] = top;
     }
     /* probes: the bound first, then halving [lo, hi) */
-    while (lo < hi && b.work < GPUMEM_PLAN_SEARCH) {
+    while (lo < hi && b.work < budget) {
         uint64_t cap = first ? lo : lo + (hi - lo) / 2 / align * align, top = 0;
         int ok = 1;
-        b.work_end = b.work + (GPUMEM_PLAN_SEARCH - b.work) / (first ? 4 : 2);
+        b.work_end = b.work + (budget - b.work) / (first ? 4 : 2);
         first = 0;
         for (k = 0; k < np && ok; k++)
             if (gtop[k] > cap) ok = gm__bb_solve(&b, plist + pst[k], pst[k + 1] - pst[k], psa[k], psb[k], cap) == 1;
@@ -5967,12 +6021,12 @@ static void gm__pack_search(const gm_plan_req* r, uint32_t n, const uint64_t* rs
     }
 done:
     GPUMEM_FREE(ev), GPUMEM_FREE(diff), GPUMEM_FREE(pid), GPUMEM_FREE(psa), GPUMEM_FREE(psb), GPUMEM_FREE(pst);
-    GPUMEM_FREE(plist), GPUMEM_FREE(ord), GPUMEM_FREE(gtop);
-    GPUMEM_FREE(b.s0), GPUMEM_FREE(b.s1), GPUMEM_FREE(b.tot0), GPUMEM_FREE(b.ovs), GPUMEM_FREE(b.ov);
+    GPUMEM_FREE(plist), GPUMEM_FREE(gtop);
+    GPUMEM_FREE(b.s0), GPUMEM_FREE(b.s1), GPUMEM_FREE(b.tot0);
     GPUMEM_FREE(b.tmax), GPUMEM_FREE(b.floor), GPUMEM_FREE(b.tot), GPUMEM_FREE(b.minoff), GPUMEM_FREE(b.off);
     GPUMEM_FREE(b.rank), GPUMEM_FREE(b.upos), GPUMEM_FREE(b.umx), GPUMEM_FREE(b.umv), GPUMEM_FREE(b.usv);
     GPUMEM_FREE(b.fr), GPUMEM_FREE(b.cand), GPUMEM_FREE(b.secs), GPUMEM_FREE(b.sec), GPUMEM_FREE(b.cuts0);
-    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.stamp), GPUMEM_FREE(b.aff), GPUMEM_FREE(b.ls);
+    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.aff), GPUMEM_FREE(b.ls);
 }
 
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
@@ -5994,11 +6048,13 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     pk.placed = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
     order = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
     best_order = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
-    if (!pk.rs || !pk.off || !best_off || !pk.placed || !order || !best_order) {
-        GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off);
+    pk.sp = (gm__span*)GPUMEM_MALLOC(n * sizeof(gm__span));
+    if (!pk.rs || !pk.off || !best_off || !pk.placed || !order || !best_order || !pk.sp) {
+        GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off), GPUMEM_FREE(pk.sp);
         GPUMEM_FREE(pk.placed), GPUMEM_FREE(order), GPUMEM_FREE(best_order);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
+    gm__pack_overlaps(&pk, order);
     for (i = 0; i < n; i++) pk.rs[i] = (reqs[i].size + align - 1) / align * align;
     for (key = 0; key < 4; key++) {
         uint64_t top;
@@ -6016,7 +6072,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
         }
     }
     /* perturbed orders, while a packing costs little */
-    work = n * n;
+    work = pk.scan ? n * n : 32 * pk.pairs;
     rounds = n < 2 ? 0 : work > GM__PLAN_WORK ? 0 : GM__PLAN_WORK / work;
     if (rounds > GM__PLAN_ROUNDS) rounds = GM__PLAN_ROUNDS;
     for (key = 0; key < rounds; key++) {
@@ -6054,10 +6110,11 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
             memcpy(best_order, order, n * sizeof(uint32_t));
         }
     }
-    gm__pack_search(reqs, (uint32_t)n, pk.rs, align, best_off, &best);
+    gm__pack_search(&pk, align, best_off, &best);
     for (i = 0; i < n; i++) reqs[i].offset = best_off[i];
     *region = best;
-    GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off);
+    GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off), GPUMEM_FREE(pk.sp);
+    GPUMEM_FREE(pk.ovs), GPUMEM_FREE(pk.ov);
     GPUMEM_FREE(pk.placed), GPUMEM_FREE(order), GPUMEM_FREE(best_order);
     return GM_OK;
 }

@@ -76,9 +76,16 @@ static void test_pack_exact(void) {
         /* the search alone (white box), from the worst start: all stacked */
         {
             uint64_t rs[60], off[60], top = 0;
+            uint32_t ord[60];
             size_t i;
+            gm__pack pk;
             for (i = 0; i < n; i++) rs[i] = q[i].size, off[i] = top, top += rs[i];
-            gm__pack_search(q, (uint32_t)n, rs, 512, off, &top);
+            memset(&pk, 0, sizeof pk);
+            pk.r = q, pk.n = n, pk.rs = rs;
+            gm__pack_overlaps(&pk, ord);
+            T_CHECK(pk.ovs != NULL);
+            gm__pack_search(&pk, 512, off, &top);
+            GPUMEM_FREE(pk.ovs), GPUMEM_FREE(pk.ov);
             for (i = 0; i < n; i++) q[i].offset = off[i];
             T_EQ(top, height);
             T_EQ(gm_plan_check(q, n, top), 0);
