@@ -5436,7 +5436,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
    packs no worse; then, when that is more than 0.2% above the lower
    bound, an exact search (below) closes what it can of the gap. */
 #ifndef GM__PLAN_WORK
-#define GM__PLAN_WORK 200000000u /* about ns: n^2 a scanned packing, 32 x overlaps a listed one */
+#define GM__PLAN_WORK 200000000u /* about ns: n^2 a scanned packing, 64 x overlaps a listed one */
 #endif
 #ifndef GM__PLAN_ROUNDS
 #define GM__PLAN_ROUNDS 400u
@@ -5573,7 +5573,7 @@ static void gm__pack_overlaps(gm__pack* pk, uint32_t* ord) {
             ov[fill[ord[a]]++] = ord[c], ov[fill[ord[c]]++] = ord[a];
     GPUMEM_FREE(fill);
     pk->ovs = ovs, pk->ov = ov, pk->pairs = pairs;
-    pk->scan = pairs > n * n / 32; /* a list costs a sort: dense ones lose to the scan */
+    pk->scan = pairs > n * n / 64; /* a list costs a sort: dense ones lose to the scan */
 }
 
 /* The exact search (MiniMalloc, Moffitt, ASPLOS 2023), for what greedy
@@ -6072,7 +6072,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
         }
     }
     /* perturbed orders, while a packing costs little */
-    work = pk.scan ? n * n : 32 * pk.pairs;
+    work = pk.scan ? n * n : 64 * pk.pairs;
     rounds = n < 2 ? 0 : work > GM__PLAN_WORK ? 0 : GM__PLAN_WORK / work;
     if (rounds > GM__PLAN_ROUNDS) rounds = GM__PLAN_ROUNDS;
     for (key = 0; key < rounds; key++) {

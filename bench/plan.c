@@ -6,7 +6,10 @@
    step is recorded once (gm_plan_begin / gm_plan_end), then run STEPS times
    from the plan and STEPS times online; per-request cost is a step's time
    over its requests (allocations and frees), and the figure is the median
-   over steps. Sim backend, nothing touched.
+   over steps. Sim backend, nothing touched. Then the time gm_plan_pack
+   takes on 10,000-request steps: the training shape (layers as above) and
+   a hard one (random lifetimes and sizes from a fixed seed, the kind that
+   brings in the exact search), with the region against the peak live.
 
    usage: plan [CSV]   (default build/bench-plan.csv) */
 #define GPUMEM_IMPLEMENTATION
@@ -35,6 +38,36 @@ static int step(gm_context* ctx) {
         ops += 3;
     }
     return ops;
+}
+
+/* gm_plan_pack on n requests: training-shaped (hard = 0) or random; prints
+   the build time and the region against the peak live. */
+static void pack_time(size_t n, int hard) {
+    gm_plan_req* q = (gm_plan_req*)calloc(n, sizeof *q);
+    uint64_t region = 0, rng = 0x2545F4914F6CDD1Dull, live;
+    size_t i, t = 0;
+    double t0, ms;
+    if (!q) return;
+    for (i = 0; i < n; i++) {
+        rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+        if (hard) { /* starts uniform over 4n ticks, lifetimes about 4n/150, sizes 512 B x 1..2048 */
+            q[i].start = (rng >> 11) % (4 * n);
+            q[i].end = q[i].start + 1 + (rng >> 40) % (8 * n / 150);
+            q[i].size = 512 * (1 + (rng >> 20) % 2048);
+        } else { /* per layer: an activation to the mirrored backward point, a temporary */
+            size_t l = i / 2, layers = n / 2;
+            q[i].start = t++;
+            q[i].end = i % 2 ? t : 4 * layers - 2 * l;
+            q[i].size = (size_t)(i % 2 ? 128 + 32 * (l % 3) : 256 + 64 * (l % 7)) << 10;
+        }
+    }
+    live = gm_plan_peak_live(q, n);
+    t0 = bench_now_ns();
+    gm_plan_pack(q, n, 0, &region);
+    ms = (bench_now_ns() - t0) / 1e6;
+    printf("gm_plan_pack, %zu requests, %-15s %8.1f ms   region %.4fx peak live, checker %lld\n", n,
+           hard ? "random:" : "training-shaped:", ms, (double)region / (double)live, gm_plan_check(q, n, region));
+    free(q);
 }
 
 static double run(gm_context* ctx, int planned, double* per_op) {
@@ -80,6 +113,8 @@ int main(int argc, char** argv) {
     printf("plan: %lld requests, %lld hits, %lld departures; region %.1f MiB for a peak live of %.1f MiB (%.4fx)\n",
            (long long)ps.requests, (long long)ps.hits, (long long)ps.departures, (double)ps.region / 1048576.0,
            (double)ps.peak_live / 1048576.0, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
+    pack_time(10000, 0);
+    pack_time(10000, 1);
     csv = fopen(csv_path, "w");
     if (csv) {
         fprintf(csv, "way,ns_per_request\nonline,%.2f\nplanned,%.2f\n", online, planned);
