@@ -94,6 +94,45 @@ static void test_pack_exact(void) {
     T_EQ(exact, 20);
 }
 
+/* Greedy from the overlap lists and greedy scanning every placed request
+   are the same packer: on sparse random steps they agree offset for offset. */
+static void test_pack_lists(void) {
+    enum { N = 600 };
+    static gm_plan_req q[N];
+    static uint64_t rs[N], off1[N];
+    static uint32_t ord[N];
+    int round;
+    for (round = 0; round < 5; round++) {
+        gm__pack pk;
+        uint64_t top1, top2;
+        size_t i, same = 0;
+        for (i = 0; i < N; i++) {
+            q[i].start = t_rand() % (16 * N);
+            q[i].end = q[i].start + 1 + t_rand() % 40;
+            q[i].size = 512 * (1 + t_rand() % 64);
+            rs[i] = q[i].size;
+        }
+        memset(&pk, 0, sizeof pk);
+        pk.r = q, pk.n = N, pk.rs = rs;
+        pk.off = (uint64_t*)malloc(N * sizeof(uint64_t));
+        pk.placed = (uint32_t*)malloc(N * sizeof(uint32_t));
+        pk.sp = (gm__span*)malloc(N * sizeof(gm__span));
+        gm__pack_overlaps(&pk, ord);
+        T_CHECK(pk.ovs != NULL && !pk.scan); /* sparse: the lists are used */
+        for (i = 0; i < N; i++) ord[i] = (uint32_t)(N - 1 - i);
+        top1 = gm__pack_order(&pk, ord);
+        memcpy(off1, pk.off, sizeof off1);
+        pk.scan = 1;
+        top2 = gm__pack_order(&pk, ord);
+        T_EQ(top1, top2);
+        for (i = 0; i < N; i++) same += off1[i] == pk.off[i], q[i].offset = off1[i];
+        T_EQ(same, N);
+        T_EQ(gm_plan_check(q, N, top1), 0);
+        free(pk.off), free(pk.placed), free(pk.sp);
+        GPUMEM_FREE(pk.ovs), GPUMEM_FREE(pk.ov);
+    }
+}
+
 static void test_pack_edges(void) {
     gm_plan_req q[60];
     uint64_t region = 7;
@@ -362,6 +401,7 @@ int main(void) {
     test_pack_edges();
     test_pack_random();
     test_pack_exact();
+    test_pack_lists();
     test_planned_steps();
     test_replan();
     test_two_streams();
