@@ -5429,9 +5429,9 @@ static void gm__tier_shutdown(gm_context* ctx) {
    goes to the smallest gap (lowest offset on ties) left between the placed
    requests live at the same time, else above all of them. Those it finds
    on x's overlap list (gm__pack_overlaps: the requests whose lifetimes meet
-   x's, O(degree log degree) a request); past GM__PLAN_PAIRS overlaps there
-   is no list, and it scans every placed request, kept sorted by offset
-   (O(n) a request). gm_plan_pack tries several orders, then, while the
+   x's, O(degree log degree) a request); where the lists would pass n^2/64
+   entries there are none, and it scans every placed request, kept sorted
+   by offset (O(n) a request). gm_plan_pack tries several orders, then, while the
    work stays small, perturbs the best order (a few swaps) and keeps what
    packs no worse; then, when that is more than 0.2% above the lower
    bound, an exact search (below) closes what it can of the gap. */
@@ -5453,7 +5453,7 @@ typedef struct gm__pack {
     uint64_t* rs;      /* sizes rounded to the alignment */
     uint64_t* off;     /* offsets of the packing in progress (UINT64_MAX: not yet) */
     uint32_t* placed;  /* placed requests by offset (without overlap lists) */
-    uint32_t *ovs, *ov; /* CSR: the requests whose lifetimes meet each; NULL past GM__PLAN_PAIRS */
+    uint32_t *ovs, *ov; /* CSR: the requests whose lifetimes meet each; NULL while greedy scans */
     size_t pairs;
     int scan;          /* gm__pack_order scans the placed: the lists are too dense to pay */
     gm__span* sp;      /* scratch: the placed neighbours of the one being placed */
@@ -5539,12 +5539,15 @@ static int gm__pack_cmp(const void* a, const void* b) {
 static pthread_mutex_t gm__pack_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no user pointer */
 
 /* pk's overlap lists: by start, each request with those starting before it
-   ends; none (NULL) past GM__PLAN_PAIRS entries or without memory. */
-static void gm__pack_overlaps(gm__pack* pk, uint32_t* ord) {
+   ends; none (NULL) past GM__PLAN_PAIRS entries or without memory, nor,
+   unless `dense`, past n^2/64, where greedy scans instead (lists that dense
+   cost greedy more than they save; the search builds them when it runs). */
+static void gm__pack_overlaps(gm__pack* pk, uint32_t* ord, int dense) {
     const gm_plan_req* r = pk->r;
-    size_t n = pk->n, a, c, pairs = 0;
+    size_t n = pk->n, a, c, pairs = 0, limit = GM__PLAN_PAIRS;
     uint32_t *ovs, *ov, *fill;
     pk->ovs = pk->ov = NULL, pk->pairs = 0, pk->scan = 1;
+    if (!dense && n * n / 64 < limit) limit = n * n / 64;
     for (a = 0; a < n; a++) ord[a] = (uint32_t)a;
     pthread_mutex_lock(&gm__pack_mu);
     gm__pack_reqs = r;
@@ -5555,7 +5558,7 @@ static void gm__pack_overlaps(gm__pack* pk, uint32_t* ord) {
     for (a = 0; a < n; a++)
         for (c = a + 1; c < n && r[ord[c]].start < r[ord[a]].end; c++) {
             ovs[ord[a] + 1]++, ovs[ord[c] + 1]++;
-            if ((pairs += 2) > GM__PLAN_PAIRS) {
+            if ((pairs += 2) > limit) {
                 GPUMEM_FREE(ovs);
                 return;
             }
@@ -5573,7 +5576,7 @@ static void gm__pack_overlaps(gm__pack* pk, uint32_t* ord) {
             ov[fill[ord[a]]++] = ord[c], ov[fill[ord[c]]++] = ord[a];
     GPUMEM_FREE(fill);
     pk->ovs = ovs, pk->ov = ov, pk->pairs = pairs;
-    pk->scan = pairs > n * n / 64; /* a list costs a sort: dense ones lose to the scan */
+    pk->scan = pairs > n * n / 64;
 }
 
 /* The exact search (MiniMalloc, Moffitt, ASPLOS 2023), for what greedy
@@ -5622,7 +5625,7 @@ typedef struct gm__bb {
     uint32_t *cuts0, *cuts;  /* requests (unplaced, during the search) spanning boundary k|k+1 */
     uint64_t *floor, *tot;   /* per section, during the search */
     uint64_t *minoff, *off, *sol; /* per request; off UINT64_MAX while unplaced */
-    uint32_t *rank, *upos, *aff;
+    uint32_t *rank, *upos;
     uint32_t* ls; /* the levels' request lists, a stack */
     size_t nls, capls;
     uint32_t* umx; /* undo of minoff */
@@ -5885,8 +5888,9 @@ static int gm__pke_cmp(const void* a, const void* b) {
    a quarter of the budget, then halving the gap, each probe with half of
    what is left. A probe searches only the partitions whose current packing
    does not fit. Nothing runs when greedy is within 0.2% of the bound (the
-   usual training step), or without overlap lists (past GM__PLAN_PAIRS). */
-static void gm__pack_search(const gm__pack* pk, uint64_t align, uint64_t* best_off, uint64_t* best) {
+   usual training step), or past GM__PLAN_PAIRS overlaps (the lists it builds
+   when greedy went without). */
+static void gm__pack_search(gm__pack* pk, uint32_t* scratch, uint64_t align, uint64_t* best_off, uint64_t* best) {
     gm__bb b;
     const gm_plan_req* r = pk->r;
     const uint64_t* rs = pk->rs;
@@ -5895,13 +5899,12 @@ static void gm__pack_search(const gm__pack* pk, uint64_t align, uint64_t* best_o
     int64_t* diff = NULL;
     uint32_t n = (uint32_t)pk->n, nt = 0, nsec, i, k, np = 0, *pid = NULL, *pst = NULL, *plist = NULL, *psa = NULL,
              *psb = NULL;
-    size_t pairs = pk->pairs, spans = 0, a;
+    size_t pairs, spans = 0, a;
     int first = 1;
     int64_t budget = (int64_t)GPUMEM_PLAN_SEARCH; /* all of it up to 1000 requests, then less: a large */
     if (n > 1000) budget = budget / n * 1000;     /* step's planning stays well under a second */
     memset(&b, 0, sizeof b);
-    b.rs = rs, b.ovs = pk->ovs, b.ov = pk->ov;
-    if (!pk->ovs) return; /* too many overlaps to search */
+    b.rs = rs;
     /* Sections: only the live sets right after a run of starts matter, so
        a run of starts opens section k and the run of ends after it closes
        it at k + 1 (overlap is unchanged: a start before an end stays so). */
@@ -5937,6 +5940,9 @@ static void gm__pack_search(const gm__pack* pk, uint64_t align, uint64_t* best_o
     for (k = 0; k < nsec; k++)
         if (b.tot0[k] > lo) lo = b.tot0[k];
     if (hi <= lo + lo / 512 || !GPUMEM_PLAN_SEARCH) goto done; /* greedy is within 0.2% of the bound */
+    if (!pk->ovs) gm__pack_overlaps(pk, scratch, 1); /* greedy scanned */
+    if (!pk->ovs) goto done;                          /* too many overlaps to search */
+    pairs = pk->pairs, b.ovs = pk->ovs, b.ov = pk->ov;
     /* partitions: boundary k|k+1 is a cut when no request spans both */
     for (i = 0; i < n; i++)
         if (b.s1[i] - b.s0[i] > 1) diff[b.s0[i]]++, diff[b.s1[i] - 1]--;
@@ -5973,13 +5979,12 @@ static void gm__pack_search(const gm__pack* pk, uint64_t align, uint64_t* best_o
     b.sol = (uint64_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint64_t));
     b.rank = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
     b.upos = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof(uint32_t));
-    b.aff = (uint32_t*)GPUMEM_MALLOC((size_t)nsec * sizeof(uint32_t));
-    b.umx = (uint32_t*)GPUMEM_MALLOC((pairs + n + 1) * sizeof(uint32_t));
+    b.umx = (uint32_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint32_t));
     b.umv = (uint64_t*)GPUMEM_MALLOC((pairs + 1) * sizeof(uint64_t));
     b.fr = (gm__bbf*)GPUMEM_MALLOC(((size_t)n + 1) * sizeof(gm__bbf));
     gtop = (uint64_t*)gm__calloc((size_t)np * sizeof(uint64_t));
     if (!b.secs || !b.sec || !b.tmax || !b.cuts || !b.floor || !b.tot || !b.minoff || !b.off ||
-        !b.sol || !b.rank || !b.upos || !b.aff || !b.umx || !b.umv || !b.fr || !gtop)
+        !b.sol || !b.rank || !b.upos || !b.umx || !b.umv || !b.fr || !gtop)
         goto done;
     for (i = 0; i < n; i++)
         for (k = b.s0[i]; k < b.s1[i]; k++) {
@@ -5987,9 +5992,9 @@ static void gm__pack_search(const gm__pack* pk, uint64_t align, uint64_t* best_o
             if (b.tot0[k] > b.tmax[i]) b.tmax[i] = b.tot0[k];
         }
     for (k = 0; k < nsec; k++) b.secs[k + 1] += b.secs[k];
-    for (k = 0; k < nsec; k++) b.aff[k] = b.secs[k]; /* borrowed: where each list fills next */
+    for (k = 0; k < nsec; k++) diff[k] = b.secs[k]; /* borrowed: where each list fills next */
     for (i = 0; i < n; i++)
-        for (k = b.s0[i]; k < b.s1[i]; k++) b.sec[b.aff[k]++] = i;
+        for (k = b.s0[i]; k < b.s1[i]; k++) b.sec[diff[k]++] = i;
     for (i = 0; i < n; i++) {
         uint64_t top = best_off[i] + rs[i];
         if (top > gtop[pid[b.s0[i]]]) gtop[pid[b.s0[i]]] = top;
@@ -6026,7 +6031,7 @@ done:
     GPUMEM_FREE(b.tmax), GPUMEM_FREE(b.floor), GPUMEM_FREE(b.tot), GPUMEM_FREE(b.minoff), GPUMEM_FREE(b.off);
     GPUMEM_FREE(b.rank), GPUMEM_FREE(b.upos), GPUMEM_FREE(b.umx), GPUMEM_FREE(b.umv), GPUMEM_FREE(b.usv);
     GPUMEM_FREE(b.fr), GPUMEM_FREE(b.cand), GPUMEM_FREE(b.secs), GPUMEM_FREE(b.sec), GPUMEM_FREE(b.cuts0);
-    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.aff), GPUMEM_FREE(b.ls);
+    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.ls);
 }
 
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
@@ -6054,7 +6059,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
         GPUMEM_FREE(pk.placed), GPUMEM_FREE(order), GPUMEM_FREE(best_order);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
-    gm__pack_overlaps(&pk, order);
+    gm__pack_overlaps(&pk, order, 0);
     for (i = 0; i < n; i++) pk.rs[i] = (reqs[i].size + align - 1) / align * align;
     for (key = 0; key < 4; key++) {
         uint64_t top;
@@ -6110,7 +6115,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
             memcpy(best_order, order, n * sizeof(uint32_t));
         }
     }
-    gm__pack_search(&pk, align, best_off, &best);
+    gm__pack_search(&pk, order, align, best_off, &best);
     for (i = 0; i < n; i++) reqs[i].offset = best_off[i];
     *region = best;
     GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off), GPUMEM_FREE(pk.sp);

@@ -82,9 +82,9 @@ static void test_pack_exact(void) {
             for (i = 0; i < n; i++) rs[i] = q[i].size, off[i] = top, top += rs[i];
             memset(&pk, 0, sizeof pk);
             pk.r = q, pk.n = n, pk.rs = rs;
-            gm__pack_overlaps(&pk, ord);
+            gm__pack_overlaps(&pk, ord, 1);
             T_CHECK(pk.ovs != NULL);
-            gm__pack_search(&pk, 512, off, &top);
+            gm__pack_search(&pk, ord, 512, off, &top);
             GPUMEM_FREE(pk.ovs), GPUMEM_FREE(pk.ov);
             for (i = 0; i < n; i++) q[i].offset = off[i];
             T_EQ(top, height);
@@ -117,7 +117,7 @@ static void test_pack_lists(void) {
         pk.off = (uint64_t*)malloc(N * sizeof(uint64_t));
         pk.placed = (uint32_t*)malloc(N * sizeof(uint32_t));
         pk.sp = (gm__span*)malloc(N * sizeof(gm__span));
-        gm__pack_overlaps(&pk, ord);
+        gm__pack_overlaps(&pk, ord, 0);
         T_CHECK(pk.ovs != NULL && !pk.scan); /* sparse: the lists are used */
         for (i = 0; i < N; i++) ord[i] = (uint32_t)(N - 1 - i);
         top1 = gm__pack_order(&pk, ord);
