@@ -5617,17 +5617,23 @@ typedef struct gm__bbs { /* a section's floor before a change */
     uint64_t v;
 } gm__bbs;
 typedef struct gm__bb {
+    const gm_plan_req* r;     /* widths in the caller's time for the orders */
     const uint64_t* rs;
     uint32_t *s0, *s1;       /* section span of each request */
     const uint32_t *ovs, *ov; /* CSR: the requests sharing a section with each (gm__pack's) */
     uint32_t *secs, *sec;    /* CSR: the requests live in each section */
-    uint64_t *tot0, *tmax;   /* size live in each section; the largest over a request's span */
+    uint64_t *tot0, *tmax;   /* size live in each section; the largest over a request's span
+                                (over what is left unplaced, in a nested level) */
     uint32_t *cuts0, *cuts;  /* requests (unplaced, during the search) spanning boundary k|k+1 */
     uint64_t *floor, *tot;   /* per section, during the search */
     uint64_t *minoff, *off, *sol; /* per request; off UINT64_MAX while unplaced */
     uint32_t *rank, *upos;
     uint32_t* ls; /* the levels' request lists, a stack */
     size_t nls, capls;
+    uint32_t* rsv; /* the outer ranks and tmax of nested levels' requests, a stack */
+    uint64_t* tsv;
+    size_t nrsv, caprsv, captsv;
+    int order;     /* the static order of this run (gm__bb_cmp's keys) */
     uint32_t* umx; /* undo of minoff */
     uint64_t* umv;
     gm__bbs* usv; /* undo of floor */
@@ -5742,6 +5748,7 @@ static uint32_t gm__bb_next(gm__bb* b, gm__bbf* f) {
 }
 
 static int gm__bb_dfs(gm__bb* b, size_t ub, uint32_t np, uint32_t sa, uint32_t sb, uint64_t cap, uint32_t d0, int nest);
+static void gm__bb_rank(gm__bb* b, uint32_t* part, uint32_t np);
 
 /* After x's placement cut [sa, sb) at the boundaries it alone crossed:
    each side's unplaced requests are searched alone. Returns as the search. */
@@ -5757,9 +5764,29 @@ static int gm__bb_split(gm__bb* b, size_t ub, uint32_t nun, uint32_t sb, uint64_
             if (b->s0[b->ls[ub + i]] >= a && b->s0[b->ls[ub + i]] < e) b->ls[b->nls + cnt++] = b->ls[ub + i];
         b->work += nun;
         if (cnt) {
+            uint32_t* lv = b->ls + b->nls;
+            size_t base = b->nrsv;
+            if (!gm__bb_need((void**)&b->rsv, &b->caprsv, b->nrsv, 2 * (size_t)cnt, sizeof(uint32_t)) ||
+                !gm__bb_need((void**)&b->tsv, &b->captsv, b->nrsv, cnt, sizeof(uint64_t)))
+                return -2;
+            for (i = 0; i < cnt; i++) { /* the level is ordered anew by what is left (MiniMalloc's SubSolve) */
+                uint32_t y = lv[i], j;
+                uint64_t m = 0;
+                for (j = b->s0[y]; j < b->s1[y]; j++)
+                    if (b->tot[j] > m) m = b->tot[j];
+                b->rsv[base + i] = y, b->rsv[base + cnt + i] = b->rank[y], b->tsv[base + i] = b->tmax[y];
+                b->tmax[y] = m, b->work += b->s1[y] - b->s0[y];
+            }
+            b->nrsv += 2 * (size_t)cnt;
+            gm__bb_rank(b, lv, cnt); /* a level's list is in no order of its own */
             b->nls += cnt;
             r = gm__bb_dfs(b, b->nls - cnt, cnt, a, e, cap, d0, nest);
             b->nls -= cnt;
+            b->nrsv = base;
+            for (i = 0; i < cnt; i++) {
+                uint32_t y = b->rsv[base + i];
+                b->rank[y] = b->rsv[base + cnt + i], b->tmax[y] = b->tsv[base + i];
+            }
             if (r != 1) return r;
         }
         if (e == sb) return 1;
@@ -5811,23 +5838,35 @@ static int gm__bb_dfs(gm__bb* b, size_t ub, uint32_t np, uint32_t sa, uint32_t s
 }
 
 /* Static orders: the largest section total over the span (T), area (A),
-   lifetime in sections (W), in MiniMalloc's three combinations. */
+   lifetime (W), in MiniMalloc's three combinations. W is in the caller's
+   time: where it is real time (a compiler's schedule, a trace's clock) it
+   tells more about a request's place than a count of events does. */
 static const gm__bb* gm__bb_sort_b;
-static int gm__bb_sort_h;
 static int gm__bb_cmp(const void* pa, const void* pb) {
     static const char* keys[] = {"TAW", "TWA", "WAT"};
     uint32_t x = *(const uint32_t*)pa, y = *(const uint32_t*)pb;
     const gm__bb* b = gm__bb_sort_b;
-    uint64_t wx = b->s1[x] - b->s0[x], wy = b->s1[y] - b->s0[y];
+    uint64_t wx = b->r[x].end - b->r[x].start, wy = b->r[y].end - b->r[y].start;
     double ax = (double)b->rs[x] * (double)wx, ay = (double)b->rs[y] * (double)wy;
     const char* k;
-    for (k = keys[gm__bb_sort_h]; *k; k++) {
+    for (k = keys[b->order]; *k; k++) {
         if (*k == 'T' && b->tmax[x] != b->tmax[y]) return b->tmax[x] > b->tmax[y] ? -1 : 1;
         if (*k == 'A' && ax != ay) return ax > ay ? -1 : 1;
         if (*k == 'W' && wx != wy) return wx > wy ? -1 : 1;
     }
     if (b->s0[x] != b->s0[y]) return b->s0[x] < b->s0[y] ? -1 : 1; /* not the index: the plan */
     return x < y ? -1 : x > y;                                     /* follows the lifetimes */
+}
+
+/* Sorts part by the run's order and ranks it 0, 1, ... */
+static void gm__bb_rank(gm__bb* b, uint32_t* part, uint32_t np) {
+    uint32_t i;
+    pthread_mutex_lock(&gm__pack_mu);
+    gm__bb_sort_b = b;
+    qsort(part, np, sizeof(uint32_t), gm__bb_cmp);
+    pthread_mutex_unlock(&gm__pack_mu);
+    for (i = 0; i < np; i++) b->rank[part[i]] = i;
+    b->work += (int64_t)np * 8;
 }
 
 static uint64_t gm__luby(uint64_t i) { /* 1 1 2 1 1 2 4 1 1 2 ... for i >= 1 */
@@ -5842,21 +5881,25 @@ static uint64_t gm__luby(uint64_t i) { /* 1 1 2 1 1 2 4 1 1 2 ... for i >= 1 */
 /* Packs one partition within cap (offsets in sol). The search's running
    time is heavy-tailed: a run that goes wrong near the root rarely
    recovers, while another order finds a packing in a few hundred nodes. So
-   it restarts often: node limits of 2 x np times the Luby sequence (1 1 2
-   1 1 2 4 ...), cycling through the three orders, each after the first
-   three shuffled by np/2 swaps of neighbours (a fixed seed: the same input
-   gives the same plan). Returns as the search. */
+   it restarts, in two streams that take turns by the nodes each has used:
+   MiniMalloc's round robin (the three orders as they are, node limits 2 x
+   np doubling every round), for where an order is right but needs a long
+   run; and short runs (2 x np times the Luby sequence 1 1 2 1 1 2 4 ...)
+   through the orders, each after the first three shuffled by np/2 swaps of
+   neighbours (a fixed seed: the same input gives the same plan), for where
+   none of the three is. Returns as the search. */
 static int gm__bb_solve(gm__bb* b, uint32_t* part, uint32_t np, uint32_t sa, uint32_t sb, uint64_t cap) {
     uint64_t rng = 0x9E3779B97F4A7C15ull;
-    uint32_t i, k, j;
+    uint32_t i, k, ju = 0, js = 0;
+    int64_t used[2] = {0, 0};
     int r;
     if (!gm__bb_need((void**)&b->ls, &b->capls, 0, np, sizeof(uint32_t))) return -2;
-    for (j = 0;; j++) {
-        pthread_mutex_lock(&gm__pack_mu);
-        gm__bb_sort_b = b, gm__bb_sort_h = (int)(j % 3);
-        qsort(part, np, sizeof(uint32_t), gm__bb_cmp);
-        pthread_mutex_unlock(&gm__pack_mu);
-        for (i = 0; j >= 3 && i < np / 2; i++) {
+    for (;;) {
+        int s = used[1] < used[0]; /* 1: the shuffled stream's turn */
+        uint32_t j = s ? js++ : ju++;
+        b->order = (int)(j % 3);
+        gm__bb_rank(b, part, np);
+        for (i = 0; s && j >= 3 && i < np / 2; i++) {
             uint32_t x, y, t;
             rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
             x = (uint32_t)(((rng * 2685821657736338717ull) >> 33) % np);
@@ -5864,10 +5907,13 @@ static int gm__bb_solve(gm__bb* b, uint32_t* part, uint32_t np, uint32_t sa, uin
             if (y < np) t = part[x], part[x] = part[y], part[y] = t;
         }
         for (i = 0; i < np; i++) b->rank[part[i]] = i, b->ls[i] = part[i], b->minoff[part[i]] = 0, b->off[part[i]] = UINT64_MAX;
+        b->nrsv = 0;
         for (k = sa; k < sb; k++) b->floor[k] = 0, b->tot[k] = b->tot0[k], b->cuts[k] = b->cuts0[k];
         b->nls = np, b->numin = b->nusec = b->ncand = 0;
-        b->nodes = 0, b->node_end = 2 * (int64_t)np * (int64_t)gm__luby(j + 1);
+        b->nodes = 0;
+        b->node_end = 2 * (int64_t)np * (s ? (int64_t)gm__luby(j + 1) : (int64_t)1 << (j / 3 < 40 ? j / 3 : 40));
         r = gm__bb_fits(b, sa, sb, 0, cap) ? gm__bb_dfs(b, 0, np, sa, sb, cap, 0, 0) : 0;
+        used[s] += b->nodes;
         if (r != -1 || b->work > b->work_end) return r;
     }
 }
@@ -5904,7 +5950,7 @@ static void gm__pack_search(gm__pack* pk, uint32_t* scratch, uint64_t align, uin
     int64_t budget = (int64_t)GPUMEM_PLAN_SEARCH; /* all of it up to 1000 requests, then less: a large */
     if (n > 1000) budget = budget / n * 1000;     /* step's planning stays well under a second */
     memset(&b, 0, sizeof b);
-    b.rs = rs;
+    b.r = r, b.rs = rs;
     /* Sections: only the live sets right after a run of starts matter, so
        a run of starts opens section k and the run of ends after it closes
        it at k + 1 (overlap is unchanged: a start before an end stays so). */
@@ -6031,7 +6077,7 @@ done:
     GPUMEM_FREE(b.tmax), GPUMEM_FREE(b.floor), GPUMEM_FREE(b.tot), GPUMEM_FREE(b.minoff), GPUMEM_FREE(b.off);
     GPUMEM_FREE(b.rank), GPUMEM_FREE(b.upos), GPUMEM_FREE(b.umx), GPUMEM_FREE(b.umv), GPUMEM_FREE(b.usv);
     GPUMEM_FREE(b.fr), GPUMEM_FREE(b.cand), GPUMEM_FREE(b.secs), GPUMEM_FREE(b.sec), GPUMEM_FREE(b.cuts0);
-    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.ls);
+    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.ls), GPUMEM_FREE(b.rsv), GPUMEM_FREE(b.tsv);
 }
 
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
