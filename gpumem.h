@@ -5881,10 +5881,10 @@ static uint64_t gm__luby(uint64_t i) { /* 1 1 2 1 1 2 4 1 1 2 ... for i >= 1 */
 /* Packs one partition within cap (offsets in sol). The search's running
    time is heavy-tailed: a run that goes wrong near the root rarely
    recovers, while another order finds a packing in a few hundred nodes. So
-   it restarts, in two streams that take turns by the nodes each has used:
-   MiniMalloc's round robin (the three orders as they are, node limits 2 x
-   np doubling every round), for where an order is right but needs a long
-   run; and short runs (2 x np times the Luby sequence 1 1 2 1 1 2 4 ...)
+   it restarts, in two streams that share the nodes two to one: MiniMalloc's
+   round robin (the three orders as they are, node limits 2 x np doubling
+   every round), for where an order is right but needs a long run; and
+   short runs (2 x np times the Luby sequence 1 1 2 1 1 2 4 ...)
    through the orders, each after the first three shuffled by np/2 swaps of
    neighbours (a fixed seed: the same input gives the same plan), for where
    none of the three is. Returns as the search. */
@@ -5895,7 +5895,7 @@ static int gm__bb_solve(gm__bb* b, uint32_t* part, uint32_t np, uint32_t sa, uin
     int r;
     if (!gm__bb_need((void**)&b->ls, &b->capls, 0, np, sizeof(uint32_t))) return -2;
     for (;;) {
-        int s = used[1] < used[0]; /* 1: the shuffled stream's turn */
+        int s = 2 * used[1] < used[0]; /* 1: the shuffled stream's turn (a third of the nodes) */
         uint32_t j = s ? js++ : ju++;
         b->order = (int)(j % 3);
         gm__bb_rank(b, part, np);

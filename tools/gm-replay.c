@@ -15,7 +15,10 @@
    the peak live bytes (and the packing problems' known optimum, 1 MiB times
    the scale), the time to build it, gm_plan_check's verdict on the packing,
    and each pass's peak reserved and ns per operation with the plan's hits
-   and departures. */
+   and departures. A recorded step knows only the order of its events; a
+   packing or lifetime problem also has its own times, so for those the
+   problem is also packed at them (gm_plan_pack measures lifetimes in the
+   caller's time) and reported beside the recorded plan. */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "gm_trace.h"
@@ -26,33 +29,58 @@ static void usage(void) {
                     "                 [--check N] [--csv FILE] [--plan] TRACE...\n");
 }
 
+/* Packs the trace's requests alone: lifetimes in event order, or at the
+   trace's own times (frees come first at one time, so [lower, upper) is
+   kept); returns gm_plan_check's count (-1: the packing failed). */
+static long long pack_checked(const gmt_trace* t, gm_plan_req* q, int own, uint64_t* region, double* ms) {
+    size_t i;
+    double t0;
+    for (i = 0; i < t->nids; i++) q[i].end = UINT64_MAX, q[i].offset = 0;
+    for (i = 0; i < t->n; i++) {
+        const gmt_event* e = &t->ev[i];
+        uint64_t at = own ? (uint64_t)e->time_us : i;
+        if (e->is_free) q[e->id].end = at;
+        else q[e->id].start = at, q[e->id].size = e->size ? e->size : 1;
+    }
+    for (i = 0; i < t->nids; i++) /* never freed: live to the end */
+        if (q[i].end == UINT64_MAX) q[i].end = (own ? (uint64_t)t->ev[t->n - 1].time_us : t->n) + 1;
+    t0 = gmr_now_ns();
+    if (gm_plan_pack(q, t->nids, 0, region) != GM_OK) return -1;
+    *ms = (gmr_now_ns() - t0) / 1e6;
+    return gm_plan_check(q, t->nids, *region);
+}
+
 /* --plan: the trace as one step, twice through a fresh context: recorded
    (gm_plan_begin ... gm_plan_end), then served from the plan
    (gm_plan_step), with the plan checked by gm_plan_check on the side. */
-static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packing, uint64_t scale, FILE* csv) {
+static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packing, int own, uint64_t scale, FILE* csv) {
     gm_plan_req* q = (gm_plan_req*)calloc(t->nids ? t->nids : 1, sizeof *q);
     gm_context* ctx = NULL;
     gm_plan_stats ps;
     gmr_result r1, r2;
-    uint64_t region = 0;
-    size_t i;
+    uint64_t region = 0, own_reg = 0;
     long long bad;
-    double t0, ms;
+    double t0, ms, own_ms = 0, own_opt = 0;
     gm_result r;
     int failed = 0;
-    if (!q || gm_setup(&ctx, &d) != GM_OK) {
+    if (!q || !t->n || gm_setup(&ctx, &d) != GM_OK) {
         free(q);
         return 1;
     }
-    /* the packing alone, checked pair by pair */
-    for (i = 0; i < t->nids; i++) q[i].end = t->n + 1;
-    for (i = 0; i < t->n; i++) {
-        const gmt_event* e = &t->ev[i];
-        if (e->is_free) q[e->id].end = i;
-        else q[e->id].start = i, q[e->id].size = e->size ? e->size : 1;
+    /* the packing alone, checked pair by pair, as recorded (event order) and
+       at the problem's own times */
+    bad = pack_checked(t, q, 0, &region, &own_ms);
+    if (own) {
+        uint64_t own_region = 0;
+        long long own_bad = pack_checked(t, q, 1, &own_region, &own_ms);
+        uint64_t live = gm_plan_peak_live(q, t->nids);
+        printf("  packed at its own times: region %.4fx peak live", live ? (double)own_region / (double)live : 0);
+        if (packing) printf(" (%.4fx the known optimum)", (double)own_region / (double)((uint64_t)1048576 * scale));
+        printf(", built in %.1f ms, %s\n", own_ms, own_bad < 0 ? "failed" : own_bad ? "OVERLAPS" : "checked: no overlap");
+        if (own_bad) failed = 1;
+        own_opt = packing ? (double)own_region / (double)((uint64_t)1048576 * scale) : 0;
+        own_reg = own_region;
     }
-    r = gm_plan_pack(q, t->nids, 0, &region);
-    bad = r == GM_OK ? gm_plan_check(q, t->nids, region) : -1;
     /* recorded, then planned */
     gm_plan_begin(ctx);
     r1 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
@@ -65,7 +93,7 @@ static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packi
     r2 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
     gm_plan_get_stats(ctx, &ps);
     if (gm_check(ctx) != 0 || r != GM_OK || bad != 0 || r2.error != GM_OK || r2.ooms) failed = 1;
-    printf("  plan: %u requests, region %.4fx peak live", t->nids, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
+    printf("  recorded plan: %u requests, region %.4fx peak live", t->nids, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
     if (packing) printf(" (%.4fx the known optimum)", (double)ps.region / (double)((uint64_t)1048576 * scale));
     printf(", built in %.1f ms, %s\n", ms, r != GM_OK ? gm_result_string(r) : bad ? "OVERLAPS" : "checked: no overlap");
     printf("  recorded: peak reserved %.4e, %.1f ns/op; planned: peak reserved %.4e (%.4fx peak live), %.1f ns/op, "
@@ -74,11 +102,12 @@ static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packi
            r2.peak_live ? (double)r2.peak_reserved / (double)r2.peak_live : 0, r2.ns_per_op, (long long)ps.hits,
            (long long)ps.departures, (long long)ps.online);
     if (csv)
-        fprintf(csv, "%s,plan,%u,%llu,%lld,%.6f,%.6f,%.3f,%lld,%lld,%.1f,%.1f,%lld,%lld\n", name, t->nids,
+        fprintf(csv, "%s,plan,%u,%llu,%lld,%.6f,%.6f,%.3f,%lld,%lld,%.1f,%.1f,%lld,%lld,%lld,%.6f,%.3f\n", name, t->nids,
                 (unsigned long long)r2.peak_live, (long long)ps.region,
                 ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0,
                 packing ? (double)ps.region / (double)((uint64_t)1048576 * scale) : 0, ms, bad,
-                (long long)r2.peak_reserved, r1.ns_per_op, r2.ns_per_op, (long long)ps.hits, (long long)ps.departures);
+                (long long)r2.peak_reserved, r1.ns_per_op, r2.ns_per_op, (long long)ps.hits, (long long)ps.departures,
+                (long long)own_reg, own_opt, own_ms);
     gm_shutdown(ctx);
     free(q);
     return failed;
@@ -169,7 +198,7 @@ int main(int argc, char** argv) {
             failed = 1;
         }
         if (gm_check(ctx) != 0) failed = 1;
-        if (plan && plan_trace(&t, d, base(argv[i]), !strcmp(t.format, "packing"), sc ? sc : 1, csv)) failed = 1;
+        if (plan && plan_trace(&t, d, base(argv[i]), !strcmp(t.format, "packing"), strcmp(t.format, "rmm") != 0, sc ? sc : 1, csv)) failed = 1;
         gm_shutdown(ctx);
         gmt_free(&t);
     }
