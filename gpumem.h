@@ -625,7 +625,10 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    branch-and-bound search (MiniMalloc's, with frequent restarts) probes
    smaller regions within a fixed work budget (GPUMEM_PLAN_SEARCH: about a
    second on the hardest inputs, scaled by 1000/n past 1000 requests); the
-   same input always gives the same plan.
+   same input always gives the same plan. The search orders requests by
+   their lifetimes' lengths in the caller's clock: where that clock is real
+   time (a schedule's, a trace's), it packs hard inputs much closer than
+   event indices let it.
    GM_ERR_INVALID_ARGUMENT for NULL pointers, end <= start or a size of 0;
    GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
 typedef struct gm_plan_req {
