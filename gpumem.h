@@ -5619,6 +5619,10 @@ typedef struct gm__bbs { /* a section's floor before a change */
     uint32_t k;
     uint64_t v;
 } gm__bbs;
+typedef struct gm__bbr { /* a request's rank and tmax outside a nested level */
+    uint32_t x, rank;
+    uint64_t tmax;
+} gm__bbr;
 typedef struct gm__bb {
     const gm_plan_req* r;     /* widths in the caller's time for the orders */
     const uint64_t* rs;
@@ -5633,9 +5637,8 @@ typedef struct gm__bb {
     uint32_t *rank, *upos;
     uint32_t* ls; /* the levels' request lists, a stack */
     size_t nls, capls;
-    uint32_t* rsv; /* the outer ranks and tmax of nested levels' requests, a stack */
-    uint64_t* tsv;
-    size_t nrsv, caprsv, captsv;
+    gm__bbr* rsv;  /* the outer rank and tmax of nested levels' requests, a stack */
+    size_t nrsv, caprsv;
     int order;     /* the static order of this run (gm__bb_cmp's keys) */
     uint32_t* umx; /* undo of minoff */
     uint64_t* umv;
@@ -5768,28 +5771,25 @@ static int gm__bb_split(gm__bb* b, size_t ub, uint32_t nun, uint32_t sb, uint64_
         b->work += nun;
         if (cnt) {
             uint32_t* lv = b->ls + b->nls;
+            gm__bbr* sv;
             size_t base = b->nrsv;
-            if (!gm__bb_need((void**)&b->rsv, &b->caprsv, b->nrsv, 2 * (size_t)cnt, sizeof(uint32_t)) ||
-                !gm__bb_need((void**)&b->tsv, &b->captsv, b->nrsv, cnt, sizeof(uint64_t)))
-                return -2;
+            if (!gm__bb_need((void**)&b->rsv, &b->caprsv, b->nrsv, cnt, sizeof(gm__bbr))) return -2;
+            sv = b->rsv + base;
             for (i = 0; i < cnt; i++) { /* the level is ordered anew by what is left (MiniMalloc's SubSolve) */
                 uint32_t y = lv[i], j;
                 uint64_t m = 0;
                 for (j = b->s0[y]; j < b->s1[y]; j++)
                     if (b->tot[j] > m) m = b->tot[j];
-                b->rsv[base + i] = y, b->rsv[base + cnt + i] = b->rank[y], b->tsv[base + i] = b->tmax[y];
+                sv[i].x = y, sv[i].rank = b->rank[y], sv[i].tmax = b->tmax[y];
                 b->tmax[y] = m, b->work += b->s1[y] - b->s0[y];
             }
-            b->nrsv += 2 * (size_t)cnt;
+            b->nrsv += cnt;
             gm__bb_rank(b, lv, cnt); /* a level's list is in no order of its own */
             b->nls += cnt;
             r = gm__bb_dfs(b, b->nls - cnt, cnt, a, e, cap, d0, nest);
             b->nls -= cnt;
             b->nrsv = base;
-            for (i = 0; i < cnt; i++) {
-                uint32_t y = b->rsv[base + i];
-                b->rank[y] = b->rsv[base + cnt + i], b->tmax[y] = b->tsv[base + i];
-            }
+            for (sv = b->rsv + base, i = 0; i < cnt; i++) b->rank[sv[i].x] = sv[i].rank, b->tmax[sv[i].x] = sv[i].tmax;
             if (r != 1) return r;
         }
         if (e == sb) return 1;
@@ -5910,7 +5910,6 @@ static int gm__bb_solve(gm__bb* b, uint32_t* part, uint32_t np, uint32_t sa, uin
             if (y < np) t = part[x], part[x] = part[y], part[y] = t;
         }
         for (i = 0; i < np; i++) b->rank[part[i]] = i, b->ls[i] = part[i], b->minoff[part[i]] = 0, b->off[part[i]] = UINT64_MAX;
-        b->nrsv = 0;
         for (k = sa; k < sb; k++) b->floor[k] = 0, b->tot[k] = b->tot0[k], b->cuts[k] = b->cuts0[k];
         b->nls = np, b->numin = b->nusec = b->ncand = 0;
         b->nodes = 0;
@@ -6080,7 +6079,7 @@ done:
     GPUMEM_FREE(b.tmax), GPUMEM_FREE(b.floor), GPUMEM_FREE(b.tot), GPUMEM_FREE(b.minoff), GPUMEM_FREE(b.off);
     GPUMEM_FREE(b.rank), GPUMEM_FREE(b.upos), GPUMEM_FREE(b.umx), GPUMEM_FREE(b.umv), GPUMEM_FREE(b.usv);
     GPUMEM_FREE(b.fr), GPUMEM_FREE(b.cand), GPUMEM_FREE(b.secs), GPUMEM_FREE(b.sec), GPUMEM_FREE(b.cuts0);
-    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.ls), GPUMEM_FREE(b.rsv), GPUMEM_FREE(b.tsv);
+    GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.ls), GPUMEM_FREE(b.rsv);
 }
 
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
