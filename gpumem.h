@@ -674,6 +674,15 @@ GPUMEM_API gm_result gm_plan_begin(gm_context* ctx);
 GPUMEM_API gm_result gm_plan_end(gm_context* ctx);
 GPUMEM_API gm_result gm_plan_enable(gm_context* ctx, int on);
 GPUMEM_API gm_result gm_plan_step(gm_context* ctx);
+/* While a step is recorded, what follows happened at `time` of the
+   caller's clock: an operation's index in the step, a schedule's time, a
+   trace's timestamps. Lifetimes are then measured in it when the step is
+   planned (the search orders requests by them, and packs hard steps much
+   closer where they are real lengths); events before the first mark take
+   its time. Without marks a recording counts events. Marks must not go
+   back (GM_ERR_INVALID_ARGUMENT, the mark kept); UINT64_MAX is refused;
+   outside a recording a mark does nothing. */
+GPUMEM_API gm_result gm_plan_mark(gm_context* ctx, uint64_t time);
 GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 
 #ifdef __cplusplus
@@ -6255,7 +6264,8 @@ GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n) {
    - while recording, recmap holds the recorded blocks still live
      (address -> index + 1) and serving is off. */
 typedef struct gm__prec {
-    uint64_t size, start, end; /* end 0: not freed within the recording */
+    uint64_t size, start, end; /* events 1, 2, ... of the recording; end 0: not freed in it */
+    uint64_t tstart, tend;     /* their marks (gm_plan_mark; UINT64_MAX: before the first) */
     uint64_t end_alloc;        /* allocations recorded before its free */
     gm_stream stream;
 } gm__prec;
@@ -6264,7 +6274,8 @@ typedef struct gm__plan {
     int recording, enabled, rerecord;
     gm__prec* rec;
     size_t nrec, caprec;
-    uint64_t clock;
+    uint64_t clock;               /* events recorded */
+    uint64_t mark;                /* the caller's time (UINT64_MAX: not marked yet) */
     gm__ptrmap recmap;
     size_t n;                     /* requests of a step */
     uint64_t *size, *off;
@@ -6354,6 +6365,7 @@ static void gm__plan_note_alloc(gm_context* ctx, void* p, size_t size, gm_stream
             gm__prec* r = &pl->rec[pl->nrec++];
             r->size = size;
             r->start = ++pl->clock;
+            r->tstart = pl->mark;
             r->end = 0;
             r->stream = stream;
         }
@@ -6396,7 +6408,10 @@ static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* res) {
         v = 1;
     } else if (pl && pl->recording) {
         uintptr_t i = (uintptr_t)gm__map_del(&pl->recmap, (uintptr_t)ptr);
-        if (i) pl->rec[i - 1].end = ++pl->clock, pl->rec[i - 1].end_alloc = pl->nrec;
+        if (i) {
+            gm__prec* r = &pl->rec[i - 1];
+            r->end = ++pl->clock, r->tend = pl->mark, r->end_alloc = pl->nrec;
+        }
     }
     pthread_mutex_unlock(&ctx->mu);
     return v != 0;
@@ -6490,6 +6505,7 @@ static void gm__plan_record(gm__plan* pl, void** old) {
     pl->enabled = 0;
     pl->nrec = 0;
     pl->clock = 0;
+    pl->mark = UINT64_MAX;
     for (i = 0; i < pl->recmap.cap; i++) pl->recmap.keys[i] = 0;
     pl->recmap.count = 0;
     *old = NULL;
@@ -6511,13 +6527,49 @@ GPUMEM_API gm_result gm_plan_begin(gm_context* ctx) {
     return pl ? GM_OK : GM_ERR_HOST_OUT_OF_MEMORY;
 }
 
+/* Lifetimes for the packer from a recording of nev events (1..nev): t[e]
+   is event e's mark (UINT64_MAX: before the first; all of them: unmarked,
+   and the event's index serves as its time) and fr[e] whether it is a
+   free. On return t[e] is a key that never falls and that rises from an
+   allocation to any later free, so two requests' [key(start), key(end))
+   meet exactly when their events interleave. Beyond that it follows the
+   marks, key = (mark - first mark) * s + c, c counting the turns from an
+   allocation to a free at one mark (s > every c where the span allows), so
+   the search measures lifetimes in the caller's time. Keys stay below
+   2^62: marks are shifted down until their span is below 2^40. */
+static void gm__plan_keys(uint64_t* t, const uint8_t* fr, size_t nev) {
+    uint64_t first = UINT64_MAX, span, s, prev = 0, c = 0, turns = 0;
+    size_t e;
+    int sh = 0;
+    for (e = 1; e <= nev && first == UINT64_MAX; e++) first = t[e];
+    if (first == UINT64_MAX) {
+        for (e = 1; e <= nev; e++) t[e] = e;
+        return;
+    }
+    span = t[nev] - first; /* marks never fall (gm_plan_mark) */
+    while ((span >> sh) >= (1ull << 40)) sh++;
+    for (e = 1; e <= nev; e++) {
+        t[e] = t[e] == UINT64_MAX ? 0 : (t[e] - first) >> sh;
+        turns += e > 1 && fr[e] && !fr[e - 1] && t[e] == t[e - 1];
+    }
+    s = (1ull << 61) / ((span >> sh) + 1);
+    if (s > turns + 1) s = turns + 1;
+    for (e = 1; e <= nev; e++) {
+        uint64_t m = t[e];
+        c += e > 1 && fr[e] && !fr[e - 1] && m == prev;
+        prev = m;
+        t[e] = m * s + c;
+    }
+}
+
 /* Packs the recording and installs the plan (called without mu). */
 static gm_result gm__plan_build(gm_context* ctx) {
     gm__plan* pl;
     gm_plan_req* q = NULL;
     gm__prec* rec;
-    size_t n, i, j, m = 0, nc = 0;
-    uint64_t region = 0;
+    size_t n, i, j, m = 0, nc = 0, nev;
+    uint64_t region = 0, *tk = NULL;
+    uint8_t* fr = NULL;
     gm_stream stream = NULL;
     void* base = NULL;
     gm_result r = GM_OK;
@@ -6534,6 +6586,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
     pl->recording = pl->rerecord = 0;
     pl->enabled = 0;
     n = pl->nrec;
+    nev = (size_t)pl->clock;
     rec = (gm__prec*)GPUMEM_MALLOC((n ? n : 1) * sizeof *rec); /* a copy: a new recording may start meanwhile */
     if (rec) memcpy(rec, pl->rec, n * sizeof *rec);
     base = pl->base; /* the old region goes first: nothing of it is live */
@@ -6542,17 +6595,26 @@ static gm_result gm__plan_build(gm_context* ctx) {
     if (base) gm_free(ctx, base);
     base = NULL;
     q = (gm_plan_req*)GPUMEM_MALLOC((n ? n : 1) * sizeof *q);
-    if (!q || !rec) {
-        GPUMEM_FREE(q), GPUMEM_FREE(rec);
+    tk = (uint64_t*)GPUMEM_MALLOC((nev + 1) * sizeof *tk);
+    fr = (uint8_t*)GPUMEM_MALLOC(nev + 1);
+    if (!q || !rec || !tk || !fr) {
+        GPUMEM_FREE(q), GPUMEM_FREE(rec), GPUMEM_FREE(tk), GPUMEM_FREE(fr);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
+    for (i = 0; i <= nev; i++) tk[i] = UINT64_MAX, fr[i] = 0;
+    for (i = 0; i < n; i++) {
+        tk[rec[i].start] = rec[i].tstart;
+        if (rec[i].end) tk[rec[i].end] = rec[i].tend, fr[rec[i].end] = 1;
+    }
+    gm__plan_keys(tk, fr, nev);
     for (i = 0; i < n; i++) { /* the planned ones: freed in the step, on the first request's stream */
         if (!rec[i].end) continue;
         if (!m) stream = rec[i].stream;
         if (rec[i].stream != stream) continue;
-        q[m].size = rec[i].size, q[m].start = rec[i].start, q[m].end = rec[i].end, q[m].offset = i;
+        q[m].size = rec[i].size, q[m].start = tk[rec[i].start], q[m].end = tk[rec[i].end], q[m].offset = i;
         m++;
     }
+    GPUMEM_FREE(tk), GPUMEM_FREE(fr);
     {
         uint64_t* idx = (uint64_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint64_t));
         uint32_t* cnt = NULL;
@@ -6643,6 +6705,23 @@ static gm_result gm__plan_build(gm_context* ctx) {
 GPUMEM_API gm_result gm_plan_end(gm_context* ctx) {
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
     return gm__plan_build(ctx);
+}
+
+GPUMEM_API gm_result gm_plan_mark(gm_context* ctx, uint64_t time) {
+    gm__plan* pl;
+    gm_result r = GM_OK;
+    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    pl = (gm__plan*)ctx->plan;
+    if (pl && pl->recording) {
+        if (time == UINT64_MAX || (pl->mark != UINT64_MAX && time < pl->mark))
+            r = GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_plan_mark: time %llu is before the last mark, %llu",
+                           (unsigned long long)time, (unsigned long long)pl->mark);
+        else
+            pl->mark = time;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return r;
 }
 
 GPUMEM_API gm_result gm_plan_enable(gm_context* ctx, int on) {

@@ -397,6 +397,168 @@ static void test_random_departures(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* >>marks ------------------------------------------------------------------
+   Recordings marked with the caller's time. The keys the packer gets must
+   keep exactly the overlaps of the events (a missed one would let two live
+   blocks share bytes), and follow the marks where nothing ties. */
+static void test_mark_keys(void) {
+    int round;
+    for (round = 0; round < 200; round++) {
+        size_t nev = 2 + (size_t)(t_rand() % 120), e, a, b, open = 0, bad = 0;
+        uint64_t* t = (uint64_t*)calloc(nev + 1, sizeof *t);
+        uint64_t* k = (uint64_t*)calloc(nev + 1, sizeof *k);
+        uint8_t* fr = (uint8_t*)calloc(nev + 1, 1);
+        uint64_t m = round % 3 == 0 ? UINT64_MAX - (1ull << 50) : t_rand() % 1000;
+        size_t unmarked = round % 4 == 1 ? nev + 1 : (size_t)(t_rand() % 4); /* events before the first mark */
+        int ties = 0;
+        for (e = 1; e <= nev; e++) {
+            fr[e] = open && (t_rand() % 2 || e == nev);
+            open += fr[e] ? (size_t)-1 : 1;
+            if (e > unmarked) {
+                unsigned long long r = t_rand() % 10;
+                if (round % 3 == 0) m += r < 5 ? 0 : (t_rand() % (1ull << 44)); /* a span past 2^40 */
+                else m += r < 3 ? 0 : r < 9 ? t_rand() % 3 : 1000;
+                t[e] = m;
+            } else
+                t[e] = UINT64_MAX;
+        }
+        for (e = 2; e <= nev && unmarked < nev; e++) { /* unmarked events take the first mark */
+            uint64_t u = e <= unmarked ? t[unmarked + 1] : t[e], v = e - 1 <= unmarked ? t[unmarked + 1] : t[e - 1];
+            ties += fr[e] && !fr[e - 1] && u == v;
+        }
+        if (round % 3 == 0 && m == UINT64_MAX) t[nev] = m - 1;
+        for (e = 0; e <= nev; e++) k[e] = t[e];
+        gm__plan_keys(k, fr, nev);
+        for (e = 1; e <= nev; e++) {
+            T_CHECK(k[e] < (1ull << 62));
+            if (e > 1) T_CHECK(k[e] >= k[e - 1]);
+        }
+        for (a = 1; a <= nev; a++) /* an allocation meets a later free strictly below it, an earlier one not */
+            for (b = 1; b <= nev; b++)
+                bad += !fr[a] && fr[b] && !(a < b ? k[a] < k[b] : k[a] >= k[b]);
+        T_EQ(bad, 0);
+        if (unmarked >= nev) /* unmarked: the event's index */
+            for (e = 1; e <= nev; e++) T_EQ(k[e], e);
+        else if (!ties && round % 3) { /* no ties, a small span: the marks themselves */
+            uint64_t first = t[unmarked + 1];
+            for (e = 1; e <= nev; e++) T_EQ(k[e], e <= unmarked ? 0 : t[e] - first);
+        }
+        free(t), free(k), free(fr);
+    }
+}
+
+static void test_mark_api(void) {
+    gm_context* ctx = t_setup(t_desc());
+    T_EQ(gm_plan_mark(NULL, 1), GM_ERR_INVALID_ARGUMENT);
+    T_OK(gm_plan_mark(ctx, 5)); /* no plan yet: nothing */
+    T_OK(gm_plan_begin(ctx));
+    T_OK(gm_plan_mark(ctx, 10));
+    T_EQ(gm_plan_mark(ctx, 9), GM_ERR_INVALID_ARGUMENT); /* back in time */
+    T_EQ(gm_plan_mark(ctx, UINT64_MAX), GM_ERR_INVALID_ARGUMENT);
+    T_OK(gm_plan_mark(ctx, 10));
+    do_alloc(ctx, 0, 4 * KiB, NULL);
+    do_free(ctx, 0);
+    T_OK(gm_plan_end(ctx));
+    T_OK(gm_plan_mark(ctx, 3)); /* serving: nothing */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A random stream with random marks (ties, long runs at one mark, jumps),
+   recorded, then served again and again: every planned request a hit,
+   gm_check after every operation, every live block's bytes intact. */
+enum { MSLOTS = 40 };
+static void* mptr[120];
+typedef struct mev {
+    int slot, is_free;
+    size_t size;
+    uint64_t mark;
+} mev;
+static void run_marked(gm_context* ctx, const mev* ev, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        T_OK(gm_plan_mark(ctx, ev[i].mark));
+        if (ev[i].is_free) do_free(ctx, ev[i].slot);
+        else do_alloc(ctx, ev[i].slot, ev[i].size, NULL);
+    }
+}
+static void test_marked_steps(void) {
+    int round;
+    for (round = 0; round < 8; round++) {
+        gm_context* ctx = t_setup(t_desc());
+        mev ev[600];
+        int on[MSLOTS] = {0}, k;
+        size_t n = 0, i;
+        uint64_t m = t_rand();
+        gm_plan_stats s;
+        int64_t allocs = 0;
+        while (n < 560) {
+            int slot = (int)(t_rand() % MSLOTS);
+            unsigned long long r = t_rand() % 10;
+            m += round % 2 ? (r < 6 ? 0 : 1 + t_rand() % 4) : (r < 8 ? 0 : t_rand() % (1ull << 42));
+            ev[n].slot = slot, ev[n].is_free = on[slot], ev[n].mark = m;
+            ev[n].size = (size_t)(1 + t_rand() % 32) * 512;
+            allocs += !on[slot];
+            on[slot] = !on[slot];
+            n++;
+        }
+        for (i = 0; i < MSLOTS; i++) /* everything freed within the step */
+            if (on[i]) ev[n].slot = (int)i, ev[n].is_free = 1, ev[n].mark = m, ev[n].size = 0, n++;
+        T_OK(gm_plan_begin(ctx));
+        run_marked(ctx, ev, n);
+        T_OK(gm_plan_end(ctx));
+        s = pstats(ctx);
+        T_EQ(s.planned, allocs);
+        T_CHECK(s.region >= s.peak_live);
+        for (k = 0; k < 3; k++) {
+            T_OK(gm_plan_step(ctx));
+            run_marked(ctx, ev, n);
+        }
+        s = pstats(ctx);
+        T_EQ(s.hits, 3 * allocs);
+        T_EQ(s.departures, 0);
+        T_EQ(bad_bytes, 0);
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
+/* Marked with a problem's own times (frees first at each time, as a
+   compiler's schedule gives them), a recording packs exactly what
+   gm_plan_pack packs on those lifetimes. */
+static void test_marked_own_times(void) {
+    enum { N = 120 };
+    gm_plan_req q[N];
+    mev ev[2 * N];
+    size_t i, n = 0;
+    uint64_t region = 0, tt;
+    gm_context* ctx = t_setup(t_desc());
+    gm_plan_stats s;
+    for (i = 0; i < N; i++) { /* in order of start, as a recording numbers them */
+        q[i].start = i ? q[i - 1].start + t_rand() % 3 : 100;
+        q[i].end = q[i].start + 1 + t_rand() % 60;
+        q[i].size = (1 + t_rand() % 64) * 512;
+    }
+    for (tt = 100; n < 2 * N; tt++) {
+        for (i = 0; i < N; i++)
+            if (q[i].end == tt) ev[n].slot = (int)i, ev[n].is_free = 1, ev[n].mark = tt, ev[n].size = 0, n++;
+        for (i = 0; i < N; i++)
+            if (q[i].start == tt) ev[n].slot = (int)i, ev[n].is_free = 0, ev[n].mark = tt, ev[n].size = q[i].size, n++;
+    }
+    T_OK(gm_plan_pack(q, N, 512, &region));
+    T_OK(gm_plan_begin(ctx));
+    for (i = 0; i < n; i++) { /* slots above SLOTS do not fit the helpers: plain calls */
+        T_OK(gm_plan_mark(ctx, ev[i].mark));
+        if (ev[i].is_free) T_OK(gm_free(ctx, mptr[ev[i].slot]));
+        else T_OK(gm_alloc(ctx, &mptr[ev[i].slot], ev[i].size, NULL));
+    }
+    T_OK(gm_plan_end(ctx));
+    s = pstats(ctx);
+    T_EQ(s.planned, N);
+    T_EQ((uint64_t)s.region, region);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_pack_edges();
     test_pack_random();
@@ -406,5 +568,9 @@ int main(void) {
     test_replan();
     test_two_streams();
     test_random_departures();
+    test_mark_keys();
+    test_mark_api();
+    test_marked_steps();
+    test_marked_own_times();
     return t_done();
 }

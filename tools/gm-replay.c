@@ -15,10 +15,13 @@
    the peak live bytes (and the packing problems' known optimum, 1 MiB times
    the scale), the time to build it, gm_plan_check's verdict on the packing,
    and each pass's peak reserved and ns per operation with the plan's hits
-   and departures. A recorded step knows only the order of its events; a
-   packing or lifetime problem also has its own times, so for those the
-   problem is also packed at them (gm_plan_pack measures lifetimes in the
-   caller's time) and reported beside the recorded plan. */
+   and departures. Where the trace has times (every packing or lifetime
+   problem, and RMM logs), the recording marks each event with its time
+   (gm_plan_mark), so the plan measures lifetimes in the trace's clock; the
+   packing a recording without marks gets (event order) is reported beside
+   it. A packing or lifetime problem is also packed directly at its own
+   times and checked pair by pair: the marked recording packs the same
+   lifetimes. */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "gm_trace.h"
@@ -51,39 +54,45 @@ static long long pack_checked(const gmt_trace* t, gm_plan_req* q, int own, uint6
 }
 
 /* --plan: the trace as one step, twice through a fresh context: recorded
-   (gm_plan_begin ... gm_plan_end), then served from the plan
-   (gm_plan_step), with the plan checked by gm_plan_check on the side. */
+   (gm_plan_begin ... gm_plan_end, marked with the trace's times where it
+   has them), then served from the plan (gm_plan_step); beside it the
+   packing alone, checked by gm_plan_check: in event order (what a
+   recording without marks gets) and at a problem's own times. */
 static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packing, int own, uint64_t scale, FILE* csv) {
     gm_plan_req* q = (gm_plan_req*)calloc(t->nids ? t->nids : 1, sizeof *q);
     gm_context* ctx = NULL;
     gm_plan_stats ps;
-    gmr_result r1, r2;
-    uint64_t region = 0, own_reg = 0;
+    gmr_result r1, r2, r3;
+    uint64_t region = 0, opt = (uint64_t)1048576 * scale, live;
     long long bad;
-    double t0, ms, pack_ms, own_ms = 0, own_opt = 0;
+    double t0, ms, ev_ms = 0;
     gm_result r;
-    int failed = 0;
+    int failed = 0, timed = 0;
+    size_t i;
+    for (i = 0; i < t->n && !timed; i++) timed = t->ev[i].time_us > 0;
     if (!q || gm_setup(&ctx, &d) != GM_OK) {
         free(q);
         return 1;
     }
-    /* the packing alone, checked pair by pair, as recorded (event order) and
-       at the problem's own times */
-    bad = pack_checked(t, q, 0, &region, &pack_ms); /* the time reported is gm_plan_end's */
+    /* the packing alone, checked pair by pair: in event order, and at the
+       problem's own times (what the marked recording packs) */
+    bad = pack_checked(t, q, 0, &region, &ev_ms);
+    live = gm_plan_peak_live(q, t->nids);
+    printf("  event order (unmarked): region %.4fx peak live", live ? (double)region / (double)live : 0);
+    if (packing) printf(" (%.4fx the known optimum)", (double)region / (double)opt);
+    printf(", built in %.1f ms, %s\n", ev_ms, bad < 0 ? "failed" : bad ? "OVERLAPS" : "checked: no overlap");
     if (own) {
         uint64_t own_region = 0;
+        double own_ms = 0;
         long long own_bad = pack_checked(t, q, 1, &own_region, &own_ms);
-        uint64_t live = gm_plan_peak_live(q, t->nids);
-        printf("  packed at its own times: region %.4fx peak live", live ? (double)own_region / (double)live : 0);
-        if (packing) printf(" (%.4fx the known optimum)", (double)own_region / (double)((uint64_t)1048576 * scale));
+        printf("  its own times: region %.4fx peak live", live ? (double)own_region / (double)live : 0);
+        if (packing) printf(" (%.4fx the known optimum)", (double)own_region / (double)opt);
         printf(", built in %.1f ms, %s\n", own_ms, own_bad < 0 ? "failed" : own_bad ? "OVERLAPS" : "checked: no overlap");
         if (own_bad) failed = 1;
-        own_opt = packing ? (double)own_region / (double)((uint64_t)1048576 * scale) : 0;
-        own_reg = own_region;
     }
     /* recorded, then planned */
     gm_plan_begin(ctx);
-    r1 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+    r1 = gmr_run(ctx, t, 0, 0, timed ? GMR_MARK : 0, NULL, NULL);
     t0 = gmr_now_ns();
     r = gm_plan_end(ctx);
     ms = (gmr_now_ns() - t0) / 1e6;
@@ -92,10 +101,17 @@ static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packi
     gm_plan_step(ctx);
     r2 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
     gm_plan_get_stats(ctx, &ps);
-    if (gm_check(ctx) != 0 || r != GM_OK || bad != 0 || r2.error != GM_OK || r2.ooms) failed = 1;
-    printf("  recorded plan: %u requests, region %.4fx peak live", t->nids, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
-    if (packing) printf(" (%.4fx the known optimum)", (double)ps.region / (double)((uint64_t)1048576 * scale));
-    printf(", built in %.1f ms, %s\n", ms, r != GM_OK ? gm_result_string(r) : bad ? "OVERLAPS" : "checked: no overlap");
+    /* once more, with gm_check (no two live planned blocks overlap) after
+       every event: the plan is sound for this step */
+    gm_plan_step(ctx);
+    r3 = gmr_run(ctx, t, 0, 1, 0, NULL, NULL);
+    if (gm_check(ctx) != 0 || r != GM_OK || bad != 0 || r2.error != GM_OK || r2.ooms || r3.checks_failed ||
+        r3.error != GM_OK || ps.hits != ps.planned || ps.departures)
+        failed = 1;
+    printf("  recorded plan%s: %u requests, region %.4fx peak live", timed ? " (marked with the trace's times)" : "",
+           t->nids, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
+    if (packing) printf(" (%.4fx the known optimum)", (double)ps.region / (double)opt);
+    printf(", built in %.1f ms, %s\n", ms, r != GM_OK ? gm_result_string(r) : r3.checks_failed ? "OVERLAPS" : "checked at every event: no overlap");
     printf("  recorded: peak reserved %.4e, %.1f ns/op; planned: peak reserved %.4e (%.4fx peak live), %.1f ns/op, "
            "%lld hits, %lld departures, %lld online\n",
            (double)r1.peak_reserved, r1.ns_per_op, (double)r2.peak_reserved,
@@ -107,7 +123,7 @@ static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packi
                 ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0,
                 packing ? (double)ps.region / (double)((uint64_t)1048576 * scale) : 0, ms, bad,
                 (long long)r2.peak_reserved, r1.ns_per_op, r2.ns_per_op, (long long)ps.hits, (long long)ps.departures,
-                (long long)own_reg, own_opt, own_ms);
+                (long long)region, packing ? (double)region / (double)opt : 0, ev_ms);
     gm_shutdown(ctx);
     free(q);
     return failed;

@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
         for (n = 0; n < s.n; n++) gmr_peak_step(n, 0, (int64_t)s.reserved[n], &pk);
         d.log_fn = NULL; /* its shutdown releases the blocks live at the peak, on purpose */
         if (gm_setup(&ctx, &d) != GM_OK) return 1;
-        gmr_run(ctx, &t, pk.at + 1, 0, 1, NULL, NULL);
+        gmr_run(ctx, &t, pk.at + 1, 0, GMR_KEEP_LIVE, NULL, NULL);
         n = gm_snapshot(ctx, NULL, 0);
         json = (char*)malloc(n + 1);
         if (!json) return 1;

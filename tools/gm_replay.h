@@ -29,10 +29,14 @@ static inline double gmr_now_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+/* gmr_run's flags */
+#define GMR_KEEP_LIVE 1 /* leave the blocks live at the end */
+#define GMR_MARK 2      /* gm_plan_mark each event with the trace's time (never falling) */
+
 /* Replays events [0, stop) (stop = 0: all). check_every > 0 runs gm_check
    every that many events (the time then includes it). Live blocks are freed
-   at the end unless keep_live. */
-static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t stop, size_t check_every, int keep_live,
+   at the end unless GMR_KEEP_LIVE. */
+static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t stop, size_t check_every, int flags,
                           gmr_step_fn step, void* user) {
     gmr_result r;
     void** ptr = (void**)calloc(t->nids ? t->nids : 1, sizeof *ptr);
@@ -40,6 +44,7 @@ static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t sto
     int64_t best = -1;
     size_t i;
     double t0;
+    uint64_t mark = 0;
     gm_stats st;
     memset(&r, 0, sizeof r);
     if (!ptr) {
@@ -51,6 +56,10 @@ static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t sto
     for (i = 0; i < stop; i++) {
         const gmt_event* e = &t->ev[i];
         gm_result res;
+        if (flags & GMR_MARK) {
+            if (e->time_us > (double)mark && e->time_us < 1.8e19) mark = (uint64_t)e->time_us;
+            gm_plan_mark(ctx, mark);
+        }
         if (!e->is_free) {
             res = gm_alloc(ctx, &ptr[e->id], (size_t)e->size, NULL);
             if (res == GM_OK) live += e->size;
@@ -82,7 +91,7 @@ static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t sto
     r.device_allocs = st.num_device_alloc;
     r.frag = r.peak_reserved > 0 ? 1.0 - (double)r.peak_live / (double)r.peak_reserved : 0;
     (void)best;
-    if (!keep_live) {
+    if (!(flags & GMR_KEEP_LIVE)) {
         for (i = 0; i < t->nids; i++)
             if (ptr[i]) gm_free(ctx, ptr[i]);
     }
