@@ -6091,10 +6091,47 @@ done:
     GPUMEM_FREE(b.cuts), GPUMEM_FREE(b.sol), GPUMEM_FREE(b.ls), GPUMEM_FREE(b.rsv);
 }
 
+/* Sweep over 2n events in time order, frees before allocations at one
+   time (a request ending at t and one starting at t may share bytes). */
+typedef struct gm__pev {
+    uint64_t t;
+    int64_t d;
+} gm__pev;
+static int gm__pev_cmp(const void* a, const void* b) {
+    const gm__pev *x = (const gm__pev*)a, *y = (const gm__pev*)b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return (x->d > 0) - (y->d > 0);
+}
+
+/* The peak of sizes (rs, or the requests' own) live at one time; 0
+   without memory. */
+static uint64_t gm__peak_live(const gm_plan_req* reqs, const uint64_t* rs, size_t n) {
+    gm__pev* ev;
+    int64_t live = 0, peak = 0;
+    size_t i;
+    if (!reqs || !n) return 0;
+    ev = (gm__pev*)GPUMEM_MALLOC(2 * n * sizeof(gm__pev));
+    if (!ev) return 0;
+    for (i = 0; i < n; i++) {
+        int64_t sz = (int64_t)(rs ? rs[i] : reqs[i].size);
+        ev[2 * i].t = reqs[i].start, ev[2 * i].d = sz;
+        ev[2 * i + 1].t = reqs[i].end, ev[2 * i + 1].d = -sz;
+    }
+    qsort(ev, 2 * n, sizeof(gm__pev), gm__pev_cmp);
+    for (i = 0; i < 2 * n; i++) {
+        live += ev[i].d;
+        if (live > peak) peak = live;
+    }
+    GPUMEM_FREE(ev);
+    return (uint64_t)peak;
+}
+
+GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n) { return gm__peak_live(reqs, NULL, n); }
+
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region) {
     gm__pack pk;
     uint32_t *order, *best_order;
-    uint64_t *best_off, best = UINT64_MAX, rng = 0x9E3779B97F4A7C15ull;
+    uint64_t *best_off, best = UINT64_MAX, rng = 0x9E3779B97F4A7C15ull, lb;
     size_t i, key, rounds, work;
     if (!reqs || !region || n > UINT32_MAX) return GM_ERR_INVALID_ARGUMENT;
     *region = 0;
@@ -6118,7 +6155,8 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     }
     gm__pack_overlaps(&pk, order, 0);
     for (i = 0; i < n; i++) pk.rs[i] = (reqs[i].size + align - 1) / align * align;
-    for (key = 0; key < 4; key++) {
+    lb = gm__peak_live(reqs, pk.rs, n); /* a packing this small is optimal: nothing more to try */
+    for (key = 0; key < 4 && best > lb; key++) {
         uint64_t top;
         for (i = 0; i < n; i++) order[i] = (uint32_t)i;
         pthread_mutex_lock(&gm__pack_mu);
@@ -6137,7 +6175,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     work = pk.scan ? n * n : 64 * pk.pairs;
     rounds = n < 2 ? 0 : work > GM__PLAN_WORK ? 0 : GM__PLAN_WORK / work;
     if (rounds > GM__PLAN_ROUNDS) rounds = GM__PLAN_ROUNDS;
-    for (key = 0; key < rounds; key++) {
+    for (key = 0; key < rounds && best > lb; key++) {
         uint64_t top;
         size_t swaps = 1 + key % 4, j;
         memcpy(order, best_order, n * sizeof(uint32_t));
@@ -6172,7 +6210,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
             memcpy(best_order, order, n * sizeof(uint32_t));
         }
     }
-    gm__pack_search(&pk, order, align, best_off, &best);
+    if (best > lb) gm__pack_search(&pk, order, align, best_off, &best);
     for (i = 0; i < n; i++) reqs[i].offset = best_off[i];
     *region = best;
     GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off), GPUMEM_FREE(pk.sp);
@@ -6183,10 +6221,21 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
 
 /* Requests sorted by start; each is compared with those that start before
    it ends. */
-static const gm_plan_req* gm__chk_reqs;
-static int gm__chk_cmp(const void* a, const void* b) {
-    uint64_t x = gm__chk_reqs[*(const uint32_t*)a].start, y = gm__chk_reqs[*(const uint32_t*)b].start;
+static const gm_plan_req* gm__ix_reqs;
+static int gm__ix_offset;
+static int gm__ix_cmp(const void* a, const void* b) {
+    const gm_plan_req *p = &gm__ix_reqs[*(const uint32_t*)a], *q = &gm__ix_reqs[*(const uint32_t*)b];
+    uint64_t x = gm__ix_offset ? p->offset : p->start, y = gm__ix_offset ? q->offset : q->start;
     return x < y ? -1 : x > y;
+}
+/* ix = 0 .. n-1 by start, or by offset (qsort has no user pointer). */
+static void gm__sort_reqs(uint32_t* ix, size_t n, const gm_plan_req* r, int by_offset) {
+    size_t i;
+    for (i = 0; i < n; i++) ix[i] = (uint32_t)i;
+    pthread_mutex_lock(&gm__pack_mu);
+    gm__ix_reqs = r, gm__ix_offset = by_offset;
+    qsort(ix, n, sizeof(uint32_t), gm__ix_cmp);
+    pthread_mutex_unlock(&gm__pack_mu);
 }
 
 GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t region) {
@@ -6197,11 +6246,7 @@ GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t r
     if (!n) return 0;
     ix = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
     if (!ix) return -1;
-    for (i = 0; i < n; i++) ix[i] = (uint32_t)i;
-    pthread_mutex_lock(&gm__pack_mu);
-    gm__chk_reqs = reqs;
-    qsort(ix, n, sizeof(uint32_t), gm__chk_cmp);
-    pthread_mutex_unlock(&gm__pack_mu);
+    gm__sort_reqs(ix, n, reqs, 0);
     for (i = 0; i < n; i++) {
         const gm_plan_req* a = &reqs[ix[i]];
         if (a->offset + a->size > region || a->offset + a->size < a->offset) bad++;
@@ -6214,37 +6259,6 @@ GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t r
     return bad;
 }
 
-/* Sweep over 2n events in time order, frees before allocations at one
-   time (a request ending at t and one starting at t may share bytes). */
-typedef struct gm__pev {
-    uint64_t t;
-    int64_t d;
-} gm__pev;
-static int gm__pev_cmp(const void* a, const void* b) {
-    const gm__pev *x = (const gm__pev*)a, *y = (const gm__pev*)b;
-    if (x->t != y->t) return x->t < y->t ? -1 : 1;
-    return (x->d > 0) - (y->d > 0);
-}
-
-GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n) {
-    gm__pev* ev;
-    int64_t live = 0, peak = 0;
-    size_t i;
-    if (!reqs || !n) return 0;
-    ev = (gm__pev*)GPUMEM_MALLOC(2 * n * sizeof(gm__pev));
-    if (!ev) return 0;
-    for (i = 0; i < n; i++) {
-        ev[2 * i].t = reqs[i].start, ev[2 * i].d = (int64_t)reqs[i].size;
-        ev[2 * i + 1].t = reqs[i].end, ev[2 * i + 1].d = -(int64_t)reqs[i].size;
-    }
-    qsort(ev, 2 * n, sizeof(gm__pev), gm__pev_cmp);
-    for (i = 0; i < 2 * n; i++) {
-        live += ev[i].d;
-        if (live > peak) peak = live;
-    }
-    GPUMEM_FREE(ev);
-    return (uint64_t)peak;
-}
 
 /* >>planned ---------------------------------------------------------------
    Serving repeating steps from a plan. Everything here is under ctx->mu.
@@ -6567,7 +6581,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
     gm__plan* pl;
     gm_plan_req* q = NULL;
     gm__prec* rec;
-    size_t n, i, j, m = 0, nc = 0, nev;
+    size_t n, i, m = 0, nc = 0, nev;
     uint64_t region = 0, *tk = NULL;
     uint8_t* fr = NULL;
     gm_stream stream = NULL;
@@ -6617,21 +6631,21 @@ static gm_result gm__plan_build(gm_context* ctx) {
     GPUMEM_FREE(tk), GPUMEM_FREE(fr);
     {
         uint64_t* idx = (uint64_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint64_t));
-        uint32_t* cnt = NULL;
-        if (!idx) r = GM_ERR_HOST_OUT_OF_MEMORY;
+        uint32_t* cnt = (uint32_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint32_t));
+        uint32_t* ox = (uint32_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint32_t));
+        size_t p, u;
+        if (!idx || !cnt || !ox) r = GM_ERR_HOST_OUT_OF_MEMORY;
         for (i = 0; idx && i < m; i++) idx[i] = q[i].offset; /* gm_plan_pack overwrites it */
         if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
         if (r == GM_OK && m) r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
         /* conflicts: planned pairs whose bytes overlap (their lifetimes do not),
-           counted per request (cnt, in idx's order) */
-        cnt = (uint32_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint32_t));
-        if (!cnt) r = GM_ERR_HOST_OUT_OF_MEMORY;
-        for (i = 0; r == GM_OK && i < m; i++) {
-            size_t c = 0;
-            for (j = 0; j < m; j++) c += i != j && gm__bytes_overlap(&q[i], &q[j]);
-            cnt[i] = (uint32_t)c;
-            nc += c;
-        }
+           counted per request (cnt, in idx's order), found by a sweep over
+           the requests by offset (O(m log m + pairs)) */
+        if (r == GM_OK) gm__sort_reqs(ox, m, q, 1);
+        for (i = 0; r == GM_OK && i < m; i++) cnt[i] = 0;
+        for (p = 0; r == GM_OK && p < m; p++)
+            for (u = p + 1; u < m && q[ox[u]].offset < q[ox[p]].offset + q[ox[p]].size; u++)
+                cnt[ox[p]]++, cnt[ox[u]]++, nc += 2;
         if (nc >= UINT32_MAX) r = GM_ERR_HOST_OUT_OF_MEMORY; /* conflict offsets are 32-bit */
         if (r == GM_OK) { /* install: arrays by request index of the step */
             uint64_t *sz = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t)), *off = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t));
@@ -6648,7 +6662,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
                 GPUMEM_FREE(cs), GPUMEM_FREE(cf), GPUMEM_FREE(ds), GPUMEM_FREE(du), GPUMEM_FREE(gen), GPUMEM_FREE(late);
                 r = GM_ERR_HOST_OUT_OF_MEMORY;
             } else {
-                size_t c = 0, pos = 0;
+                size_t pos = 0;
                 for (i = 0; i < n; i++)
                     sz[i] = rec[i].size, off[i] = 0, onl[i] = 1, live[i] = els[i] = 0, cs[i] = 0, strm[i] = rec[i].stream;
                 for (i = 0; i < m; i++) off[idx[i]] = q[i].offset, onl[idx[i]] = 0;
@@ -6659,9 +6673,12 @@ static gm_result gm__plan_build(gm_context* ctx) {
                     cs[i] = (uint32_t)pos;
                     pos += t;
                 }
-                for (i = 0; i < m; i++)
-                    for (j = 0, c = cs[idx[i]]; j < m; j++)
-                        if (i != j && gm__bytes_overlap(&q[i], &q[j])) cf[c++] = (uint32_t)idx[j];
+                for (i = 0; i < m; i++) cnt[i] = cs[idx[i]]; /* now each one's fill cursor */
+                for (p = 0; p < m; p++)
+                    for (u = p + 1; u < m && q[ox[u]].offset < q[ox[p]].offset + q[ox[p]].size; u++) {
+                        cf[cnt[ox[p]]++] = (uint32_t)idx[ox[u]];
+                        cf[cnt[ox[u]]++] = (uint32_t)idx[ox[p]];
+                    }
                 /* due lists: planned requests by the cursor at which the recording
                    had freed them (end_alloc in 0..n: n + 1 buckets) */
                 for (i = 0; i < n; i++) gen[i] = 0, late[i] = 0;
@@ -6695,6 +6712,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
         }
         GPUMEM_FREE(idx);
         GPUMEM_FREE(cnt);
+        GPUMEM_FREE(ox);
     }
     if (base) gm_free(ctx, base);
     GPUMEM_FREE(q);

@@ -9,7 +9,10 @@
    over steps. Sim backend, nothing touched. Then the time gm_plan_pack
    takes on 10,000-request steps: the training shape (layers as above) and
    a hard one (random lifetimes and sizes from a fixed seed, the kind that
-   brings in the exact search), with the region against the peak live.
+   brings in the exact search), with the region against the peak live;
+   and the time gm_plan_end takes on a recorded step of 10,000 requests
+   (this step's shape, 2,500 layers): the packing, the conflict lists and
+   the region's allocation.
 
    usage: plan [CSV]   (default build/bench-plan.csv) */
 #define GPUMEM_IMPLEMENTATION
@@ -17,13 +20,13 @@
 #include "bench.h"
 #include <string.h>
 
-enum { L = 400, STEPS = 201, SLOTS = 2 * L + 8 };
+enum { L = 400, STEPS = 201, LBIG = 2500, SLOTS = 2 * LBIG + 8 };
 static void* p[SLOTS];
 
-/* One step; returns the operations done (allocations + frees). */
-static int step(gm_context* ctx) {
+/* One step of `layers` layers; returns the operations done (allocations + frees). */
+static int step_n(gm_context* ctx, int layers) {
     int l, ops = 0;
-    for (l = 0; l < L; l++) {
+    for (l = 0; l < layers; l++) {
         gm_alloc(ctx, &p[l], (size_t)(256 + 64 * (l % 7)) << 10, NULL);
         gm_alloc(ctx, &p[SLOTS - 1], (size_t)(128 + 32 * (l % 3)) << 10, NULL);
         gm_alloc(ctx, &p[SLOTS - 2], 4096, NULL);
@@ -31,13 +34,31 @@ static int step(gm_context* ctx) {
         gm_free(ctx, p[SLOTS - 1]);
         ops += 5;
     }
-    for (l = L - 1; l >= 0; l--) {
-        gm_alloc(ctx, &p[L + l], (size_t)(64 + 16 * (l % 5)) << 10, NULL);
+    for (l = layers - 1; l >= 0; l--) {
+        gm_alloc(ctx, &p[layers + l], (size_t)(64 + 16 * (l % 5)) << 10, NULL);
         gm_free(ctx, p[l]);
-        gm_free(ctx, p[L + l]);
+        gm_free(ctx, p[layers + l]);
         ops += 3;
     }
     return ops;
+}
+static int step(gm_context* ctx) { return step_n(ctx, L); }
+
+/* gm_plan_end on a recorded step of LBIG layers (4 requests a layer). */
+static void end_time(const gm_desc* d) {
+    gm_context* ctx;
+    gm_plan_stats ps;
+    double t0, ms;
+    if (gm_setup(&ctx, d) != GM_OK) return;
+    gm_plan_begin(ctx);
+    step_n(ctx, LBIG);
+    t0 = bench_now_ns();
+    gm_plan_end(ctx);
+    ms = (bench_now_ns() - t0) / 1e6;
+    gm_plan_get_stats(ctx, &ps);
+    printf("gm_plan_end, %lld recorded requests:  %8.1f ms   region %.4fx peak live\n", (long long)ps.requests, ms,
+           ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
+    gm_shutdown(ctx);
 }
 
 /* gm_plan_pack on n requests: training-shaped (hard = 0) or random; prints
@@ -115,6 +136,7 @@ int main(int argc, char** argv) {
            (double)ps.peak_live / 1048576.0, ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0);
     pack_time(10000, 0);
     pack_time(10000, 1);
+    end_time(&d);
     csv = fopen(csv_path, "w");
     if (csv) {
         fprintf(csv, "way,ns_per_request\nonline,%.2f\nplanned,%.2f\n", online, planned);

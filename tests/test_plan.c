@@ -239,6 +239,22 @@ static void free_all(gm_context* ctx) {
     for (i = 0; i < SLOTS; i++) do_free(ctx, i);
 }
 
+/* The plan's conflict lists hold exactly the planned pairs whose bytes
+   overlap: returns the pairs where they do not. */
+static size_t conflicts_exact(gm_context* ctx) {
+    const gm__plan* pl = (const gm__plan*)ctx->plan;
+    size_t k, j, wrong = 0;
+    uint32_t c;
+    for (k = 0; k < pl->n; k++)
+        for (j = 0; j < pl->n; j++) {
+            int listed = 0, over = j != k && !pl->online[k] && !pl->online[j] && pl->off[k] < pl->off[j] + pl->size[j] &&
+                                   pl->off[j] < pl->off[k] + pl->size[k];
+            for (c = pl->cstart[k]; c < pl->cstart[k + 1]; c++) listed += pl->conf[c] == j;
+            wrong += listed != over;
+        }
+    return wrong;
+}
+
 static void test_planned_steps(void) {
     gm_context* ctx = t_setup(t_desc());
     gm_plan_stats s0, s;
@@ -348,6 +364,7 @@ static void test_two_streams(void) {
     T_OK(gm_plan_begin(ctx));
     step(ctx, &v, other);
     T_OK(gm_plan_end(ctx));
+    T_EQ(conflicts_exact(ctx), 0);
     T_EQ(gm_plan_enable(ctx, 1), GM_OK);
     for (k = 0; k < 10; k++) {
         T_OK(gm_plan_step(ctx));
@@ -507,6 +524,7 @@ static void test_marked_steps(void) {
         T_OK(gm_plan_begin(ctx));
         run_marked(ctx, ev, n);
         T_OK(gm_plan_end(ctx));
+        T_EQ(conflicts_exact(ctx), 0);
         s = pstats(ctx);
         T_EQ(s.planned, allocs);
         T_CHECK(s.region >= s.peak_live);
