@@ -163,7 +163,10 @@
     online allocator serves it and gm_plan_get_stats counts it; past an
     eighth of the plan in one step, the next step is recorded and planned
     again. Requests that outlive the recorded step are left to the online
-    allocator. Planned blocks never overlap a live block.
+    allocator. Planned blocks never overlap a live block. A recording knows
+    the order of its events; gm_plan_mark tells it their time (an op's
+    index, a schedule's time), and hard steps then pack much closer, as the
+    search orders requests by their lifetimes' real lengths.
 
     OPTIONS
     =======
@@ -628,7 +631,7 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    same input always gives the same plan. The search orders requests by
    their lifetimes' lengths in the caller's clock: where that clock is real
    time (a schedule's, a trace's), it packs hard inputs much closer than
-   event indices let it.
+   event indices let it (a recording gets it from gm_plan_mark).
    GM_ERR_INVALID_ARGUMENT for NULL pointers, end <= start or a size of 0;
    GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
 typedef struct gm_plan_req {
@@ -646,7 +649,7 @@ GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n);
 
 /* Planned mode, for steps that repeat (a training loop):
      gm_plan_begin(ctx);        // record this step's gm_alloc / gm_free
-     ...one step...
+     ...one step...             // (gm_plan_mark(ctx, t) before each op: optional)
      gm_plan_end(ctx);          // pack it (gm_plan_pack) into one region
      for (;;) { gm_plan_step(ctx); ...one step... }
    With the plan enabled (gm_plan_end enables it), the n-th gm_alloc after
