@@ -624,9 +624,10 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    region as small as it can make it, and writes the region's size. Greedy
    by size with best-fit offsets (TFLite's arena planner), under several
    orders and then perturbed orders while that is cheap; the best kept.
-   Where that is more than 0.2% above the largest sum live at one time, a
-   branch-and-bound search (MiniMalloc's, with frequent restarts) probes
-   smaller regions within a fixed work budget (GPUMEM_PLAN_SEARCH: about a
+   A packing as small as the largest sum live at one time (sizes rounded
+   to align) is optimal and ends the work at once. Where the best is more
+   than 0.2% above that, a branch-and-bound search (MiniMalloc's, with
+   frequent restarts) probes smaller regions within a fixed work budget (GPUMEM_PLAN_SEARCH: about a
    second on the hardest inputs, scaled by 1000/n past 1000 requests); the
    same input always gives the same plan. The search orders requests by
    their lifetimes' lengths in the caller's clock: where that clock is real
@@ -683,8 +684,10 @@ GPUMEM_API gm_result gm_plan_step(gm_context* ctx);
    planned (the search orders requests by them, and packs hard steps much
    closer where they are real lengths); events before the first mark take
    its time. Without marks a recording counts events. Marks must not go
-   back (GM_ERR_INVALID_ARGUMENT, the mark kept); UINT64_MAX is refused;
-   outside a recording a mark does nothing. */
+   back within a recording (GM_ERR_INVALID_ARGUMENT, the mark kept); each
+   recording starts afresh; UINT64_MAX is refused. Mark every step, not
+   only the first: gm_plan_step may record a step again after departures.
+   Outside a recording a mark does nothing and costs one load, no lock. */
 GPUMEM_API gm_result gm_plan_mark(gm_context* ctx, uint64_t time);
 GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 
@@ -6222,8 +6225,6 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     return GM_OK;
 }
 
-/* Requests sorted by start; each is compared with those that start before
-   it ends. */
 static const gm_plan_req* gm__ix_reqs;
 static int gm__ix_offset;
 static int gm__ix_cmp(const void* a, const void* b) {
@@ -6241,6 +6242,8 @@ static void gm__sort_reqs(uint32_t* ix, size_t n, const gm_plan_req* r, int by_o
     pthread_mutex_unlock(&gm__pack_mu);
 }
 
+/* Requests sorted by start; each is compared with those that start before
+   it ends. */
 GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t region) {
     uint32_t* ix;
     long long bad = 0;
@@ -6264,7 +6267,8 @@ GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t r
 
 
 /* >>planned ---------------------------------------------------------------
-   Serving repeating steps from a plan. Everything here is under ctx->mu.
+   Serving repeating steps from a plan. Everything here is under ctx->mu
+   (but for gm_plan_mark's peek at `recording`, stored atomically).
    Invariants:
    - a planned request k is live (live[k]) exactly when its address,
      base + off[k], is in livemap (-> k + 1), and nlive counts them;
@@ -6517,7 +6521,7 @@ static gm__plan* gm__plan_get(gm_context* ctx) {
    the memory it will have. */
 static void gm__plan_record(gm__plan* pl, void** old) {
     size_t i;
-    pl->recording = 1;
+    __atomic_store_n(&pl->recording, 1, __ATOMIC_RELAXED); /* gm_plan_mark peeks without mu */
     pl->rerecord = 0;
     pl->enabled = 0;
     pl->nrec = 0;
@@ -6600,12 +6604,13 @@ static gm_result gm__plan_build(gm_context* ctx) {
         pthread_mutex_unlock(&ctx->mu);
         return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "gm_plan_end: %zu blocks of the old plan are still live", pl->nlive);
     }
-    pl->recording = pl->rerecord = 0;
+    __atomic_store_n(&pl->recording, 0, __ATOMIC_RELAXED);
+    pl->rerecord = 0;
     pl->enabled = 0;
     n = pl->nrec;
     nev = (size_t)pl->clock;
     rec = (gm__prec*)GPUMEM_MALLOC((n ? n : 1) * sizeof *rec); /* a copy: a new recording may start meanwhile */
-    if (rec) memcpy(rec, pl->rec, n * sizeof *rec);
+    if (rec && n) memcpy(rec, pl->rec, n * sizeof *rec);
     base = pl->base; /* the old region goes first: nothing of it is live */
     pl->base = NULL;
     pthread_mutex_unlock(&ctx->mu);
@@ -6732,10 +6737,13 @@ GPUMEM_API gm_result gm_plan_mark(gm_context* ctx, uint64_t time) {
     gm__plan* pl;
     gm_result r = GM_OK;
     if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    pl = (gm__plan*)__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
+    if (!pl || !__atomic_load_n(&pl->recording, __ATOMIC_RELAXED)) return GM_OK; /* serving: a load, no lock */
     pthread_mutex_lock(&ctx->mu);
-    pl = (gm__plan*)ctx->plan;
-    if (pl && pl->recording) {
-        if (time == UINT64_MAX || (pl->mark != UINT64_MAX && time < pl->mark))
+    if (pl->recording) {
+        if (time == UINT64_MAX)
+            r = GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_plan_mark: UINT64_MAX is not a time");
+        else if (pl->mark != UINT64_MAX && time < pl->mark)
             r = GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_plan_mark: time %llu is before the last mark, %llu",
                            (unsigned long long)time, (unsigned long long)pl->mark);
         else

@@ -94,6 +94,52 @@ static void test_pack_exact(void) {
     T_EQ(exact, 20);
 }
 
+/* greedy's four plain orders alone (white box): the smallest top */
+static uint64_t greedy_only(gm_plan_req* q, size_t n) {
+    uint64_t rs[200], off[200], best = UINT64_MAX;
+    uint32_t placed[200], ord[200];
+    gm__span sp[200];
+    gm__pack pk;
+    size_t i;
+    int key;
+    memset(&pk, 0, sizeof pk);
+    for (i = 0; i < n; i++) rs[i] = q[i].size;
+    pk.r = q, pk.n = n, pk.rs = rs, pk.off = off, pk.placed = placed, pk.sp = sp;
+    gm__pack_overlaps(&pk, ord, 0);
+    for (key = 0; key < 4; key++) {
+        uint64_t top;
+        for (i = 0; i < n; i++) ord[i] = (uint32_t)i;
+        gm__pack_reqs = q, gm__pack_key = key;
+        qsort(ord, n, sizeof(uint32_t), gm__pack_cmp);
+        top = gm__pack_order(&pk, ord);
+        if (top < best) best = top;
+    }
+    GPUMEM_FREE(pk.ovs), GPUMEM_FREE(pk.ov);
+    return best;
+}
+
+/* Rectangles cut into up to 200 pieces, where greedy's plain orders miss
+   the height: gm_plan_pack must still reach it (its later stages are not
+   cut short by the stop at the bound). */
+static void test_pack_beyond_greedy(void) {
+    int round, beyond = 0, exact = 0;
+    for (round = 0; round < 400 && beyond < 8; round++) {
+        gm_plan_req q[200];
+        uint64_t region = 0, height = 512 * (uint64_t)(64 + t_rand() % 512);
+        size_t n;
+        pieces = 1;
+        n = cut(q, 0, 200, 0, 100 + t_rand() % 200, 0, height);
+        if (greedy_only(q, n) == height) continue;
+        beyond++;
+        T_OK(gm_plan_pack(q, n, 512, &region));
+        T_EQ(gm_plan_check(q, n, region), 0);
+        exact += region == height;
+    }
+    T_CHECK(beyond > 0);
+    T_EQ(exact, beyond);
+    printf("note: %d of %d cut rectangles beyond greedy's plain orders, all packed to the height\n", beyond, round);
+}
+
 /* Greedy from the overlap lists and greedy scanning every placed request
    are the same packer: on sparse random steps they agree offset for offset. */
 static void test_pack_lists(void) {
@@ -471,12 +517,17 @@ static void test_mark_api(void) {
     T_OK(gm_plan_begin(ctx));
     T_OK(gm_plan_mark(ctx, 10));
     T_EQ(gm_plan_mark(ctx, 9), GM_ERR_INVALID_ARGUMENT); /* back in time */
+    T_EQ(gm_plan_mark(ctx, 9), GM_ERR_INVALID_ARGUMENT); /* the mark is still 10 */
     T_EQ(gm_plan_mark(ctx, UINT64_MAX), GM_ERR_INVALID_ARGUMENT);
     T_OK(gm_plan_mark(ctx, 10));
     do_alloc(ctx, 0, 4 * KiB, NULL);
     do_free(ctx, 0);
     T_OK(gm_plan_end(ctx));
     T_OK(gm_plan_mark(ctx, 3)); /* serving: nothing */
+    T_OK(gm_plan_begin(ctx)); /* a new recording starts afresh */
+    T_OK(gm_plan_mark(ctx, 1));
+    T_OK(gm_plan_end(ctx)); /* nothing recorded: an empty plan */
+    T_EQ(pstats(ctx).requests, 0);
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_shutdown(ctx));
 }
@@ -540,6 +591,32 @@ static void test_marked_steps(void) {
     }
 }
 
+/* A step recorded again after departures (gm_plan_step), its marks
+   restarting from 0 as a per-step op counter does: they are taken. */
+static void small_step(gm_context* ctx, size_t size) {
+    int l;
+    for (l = 0; l < 8; l++) {
+        T_OK(gm_plan_mark(ctx, (uint64_t)l)); /* the step's op counter, from 0 */
+        do_alloc(ctx, l, size, NULL);
+    }
+    for (l = 0; l < 8; l++) do_free(ctx, l);
+}
+static void test_marked_rerecord(void) {
+    gm_context* ctx = t_setup(t_desc());
+    int k;
+    T_OK(gm_plan_begin(ctx));
+    small_step(ctx, 4 * KiB); /* marks 0 .. 7 */
+    T_OK(gm_plan_end(ctx));
+    for (k = 0; k < 4; k++) { /* another size: all departures, then recorded again, then planned */
+        T_OK(gm_plan_step(ctx));
+        small_step(ctx, 8 * KiB);
+    }
+    T_EQ(pstats(ctx).replans, 1);
+    T_EQ(pstats(ctx).hits, 16); /* the last two steps */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 /* Marked with a problem's own times (frees first at each time, as a
    compiler's schedule gives them), a recording packs exactly what
    gm_plan_pack packs on those lifetimes. */
@@ -573,6 +650,12 @@ static void test_marked_own_times(void) {
     s = pstats(ctx);
     T_EQ(s.planned, N);
     T_EQ((uint64_t)s.region, region);
+    { /* the same offsets: the i-th allocation is request i */
+        const gm__plan* pl = (const gm__plan*)ctx->plan;
+        size_t wrong = 0;
+        for (i = 0; i < N; i++) wrong += pl->off[i] != q[i].offset;
+        T_EQ(wrong, 0);
+    }
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_shutdown(ctx));
 }
@@ -581,6 +664,7 @@ int main(void) {
     test_pack_edges();
     test_pack_random();
     test_pack_exact();
+    test_pack_beyond_greedy();
     test_pack_lists();
     test_planned_steps();
     test_replan();
@@ -589,6 +673,7 @@ int main(void) {
     test_mark_keys();
     test_mark_api();
     test_marked_steps();
+    test_marked_rerecord();
     test_marked_own_times();
     return t_done();
 }
