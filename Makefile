@@ -13,7 +13,7 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 B        := build
 
-.PHONY: all tools test test-sim test-cuda asan tsan demo examples caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools test test-sim test-cuda asan tsan demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -133,6 +133,10 @@ $(B)/tensors: examples/tensors.c gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
+$(B)/planned: examples/planned.c examples/pick_backend.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
 # train_mlp: C kernels on sim; the CUDA build adds cuBLAS and mlp_kernels.cu
 # (nvcc), and falls back to sim where there is no device.
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -149,9 +153,13 @@ $(B)/train_mlp-cuda: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h
 	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< $(B)/mlp_kernels.o -o $@ $(LDLIBS) $(CUDA_LIB) -lcublas -lstdc++
 
 # The examples that check themselves: each exits non-zero if its result is wrong.
-examples: $(B)/tensors $(B)/train_mlp $(B)/libgm_torch.so
+examples: $(B)/tensors $(B)/planned $(B)/train_mlp $(B)/libgm_torch.so
 	$(B)/tensors
+	$(B)/planned
 	$(B)/train_mlp
+
+planned: $(B)/planned
+	$(B)/planned
 
 train-mlp: $(B)/train_mlp
 	@if [ -x $(NVCC) ] && $(MAKE) -s --no-print-directory $(B)/train_mlp-cuda >/dev/null 2>&1; then $(B)/train_mlp-cuda; else $(B)/train_mlp; fi

@@ -651,7 +651,8 @@ GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n);
 /* Planned mode, for steps that repeat (a training loop):
      gm_plan_begin(ctx);        // record this step's gm_alloc / gm_free
      ...one step...             // (gm_plan_mark(ctx, t) before each op: optional)
-     gm_plan_end(ctx);          // pack it (gm_plan_pack) into one region
+     gm_plan_end(ctx);          // pack it (gm_plan_pack) into one region, taken
+                                // after the cache's free segments are given back
      for (;;) { gm_plan_step(ctx); ...one step... }
    With the plan enabled (gm_plan_end enables it), the n-th gm_alloc after
    gm_plan_step gets the n-th recorded request's offset in the region when
@@ -6645,7 +6646,10 @@ static gm_result gm__plan_build(gm_context* ctx) {
         if (!idx || !cnt || !ox) r = GM_ERR_HOST_OUT_OF_MEMORY;
         for (i = 0; idx && i < m; i++) idx[i] = q[i].offset; /* gm_plan_pack overwrites it */
         if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
-        if (r == GM_OK && m) r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
+        if (r == GM_OK && m) { /* the recorded step's blocks wait in the cache: the region replaces them */
+            gm_empty_cache(ctx);
+            r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
+        }
         /* conflicts: planned pairs whose bytes overlap (their lifetimes do not),
            counted per request (cnt, in idx's order), found by a sweep over
            the requests by offset (O(m log m + pairs)) */
