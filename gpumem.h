@@ -5948,17 +5948,19 @@ static int gm__pke_cmp(const void* a, const void* b) {
 }
 
 /* Lowers *best (offsets in best_off) by probing capacities between the
-   lower bound (the largest section total) and *best: the bound first, with
+   lower bound lo (the peak live of the rounded sizes, which is the largest
+   section total) and *best: the bound first, with
    a quarter of the budget, then halving the gap, each probe with half of
    what is left. A probe searches only the partitions whose current packing
    does not fit. Nothing runs when greedy is within 0.2% of the bound (the
    usual training step), or past GM__PLAN_PAIRS overlaps (the lists it builds
    when greedy went without). */
-static void gm__pack_search(gm__pack* pk, uint32_t* scratch, uint64_t align, uint64_t* best_off, uint64_t* best) {
+static void gm__pack_search(gm__pack* pk, uint32_t* scratch, uint64_t align, uint64_t lo, uint64_t* best_off,
+                            uint64_t* best) {
     gm__bb b;
     const gm_plan_req* r = pk->r;
     const uint64_t* rs = pk->rs;
-    uint64_t lo = 0, hi = *best, *gtop = NULL;
+    uint64_t hi = *best, *gtop = NULL;
     gm__pke* ev = NULL;
     int64_t* diff = NULL;
     uint32_t n = (uint32_t)pk->n, nt = 0, nsec, i, k, np = 0, *pid = NULL, *pst = NULL, *plist = NULL, *psa = NULL,
@@ -5967,6 +5969,7 @@ static void gm__pack_search(gm__pack* pk, uint32_t* scratch, uint64_t align, uin
     int first = 1;
     int64_t budget = (int64_t)GPUMEM_PLAN_SEARCH; /* all of it up to 1000 requests, then less: a large */
     if (n > 1000) budget = budget / n * 1000;     /* step's planning stays well under a second */
+    if (hi <= lo + lo / 512 || !GPUMEM_PLAN_SEARCH) return; /* greedy is within 0.2% of the bound */
     memset(&b, 0, sizeof b);
     b.r = r, b.rs = rs;
     /* Sections: only the live sets right after a run of starts matter, so
@@ -6001,9 +6004,6 @@ static void gm__pack_search(gm__pack* pk, uint32_t* scratch, uint64_t align, uin
     for (i = 0; i < n; i++) spans += b.s1[i] - b.s0[i];
     for (i = 0; i < n; i++) b.tot0[b.s0[i]] += rs[i], b.tot0[b.s1[i]] -= rs[i]; /* wraps, then sums back */
     for (k = 1; k < nsec; k++) b.tot0[k] += b.tot0[k - 1];
-    for (k = 0; k < nsec; k++)
-        if (b.tot0[k] > lo) lo = b.tot0[k];
-    if (hi <= lo + lo / 512 || !GPUMEM_PLAN_SEARCH) goto done; /* greedy is within 0.2% of the bound */
     if (!pk->ovs) gm__pack_overlaps(pk, scratch, 1); /* greedy scanned */
     if (!pk->ovs) goto done;                          /* too many overlaps to search */
     pairs = pk->pairs, b.ovs = pk->ovs, b.ov = pk->ov;
@@ -6217,7 +6217,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
             memcpy(best_order, order, n * sizeof(uint32_t));
         }
     }
-    if (best > lb) gm__pack_search(&pk, order, align, best_off, &best);
+    if (best > lb) gm__pack_search(&pk, order, align, lb, best_off, &best);
     for (i = 0; i < n; i++) reqs[i].offset = best_off[i];
     *region = best;
     GPUMEM_FREE(pk.rs), GPUMEM_FREE(pk.off), GPUMEM_FREE(best_off), GPUMEM_FREE(pk.sp);
@@ -6584,6 +6584,21 @@ static void gm__plan_keys(uint64_t* t, const uint8_t* fr, size_t nev) {
     }
 }
 
+/* The planned pairs whose bytes overlap (their lifetimes do not), by a
+   sweep over ox (q's requests by offset; O(m + pairs)): counted per
+   request into cnt, or, given cf, written to cf at the cursors in cnt as
+   step indices (idx). Returns the entries. */
+static size_t gm__plan_conflicts(const gm_plan_req* q, const uint32_t* ox, size_t m, uint32_t* cnt, uint32_t* cf,
+                                 const uint64_t* idx) {
+    size_t p, u, nc = 0;
+    for (p = 0; p < m; p++)
+        for (u = p + 1; u < m && q[ox[u]].offset < q[ox[p]].offset + q[ox[p]].size; u++, nc += 2) {
+            if (cf) cf[cnt[ox[p]]] = (uint32_t)idx[ox[u]], cf[cnt[ox[u]]] = (uint32_t)idx[ox[p]];
+            cnt[ox[p]]++, cnt[ox[u]]++;
+        }
+    return nc;
+}
+
 /* Packs the recording and installs the plan (called without mu). */
 static gm_result gm__plan_build(gm_context* ctx) {
     gm__plan* pl;
@@ -6642,7 +6657,6 @@ static gm_result gm__plan_build(gm_context* ctx) {
         uint64_t* idx = (uint64_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint64_t));
         uint32_t* cnt = (uint32_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint32_t));
         uint32_t* ox = (uint32_t*)GPUMEM_MALLOC((m ? m : 1) * sizeof(uint32_t));
-        size_t p, u;
         if (!idx || !cnt || !ox) r = GM_ERR_HOST_OUT_OF_MEMORY;
         for (i = 0; idx && i < m; i++) idx[i] = q[i].offset; /* gm_plan_pack overwrites it */
         if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
@@ -6650,14 +6664,12 @@ static gm_result gm__plan_build(gm_context* ctx) {
             gm_empty_cache(ctx);
             r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
         }
-        /* conflicts: planned pairs whose bytes overlap (their lifetimes do not),
-           counted per request (cnt, in idx's order), found by a sweep over
-           the requests by offset (O(m log m + pairs)) */
-        if (r == GM_OK) gm__sort_reqs(ox, m, q, 1);
-        for (i = 0; r == GM_OK && i < m; i++) cnt[i] = 0;
-        for (p = 0; r == GM_OK && p < m; p++)
-            for (u = p + 1; u < m && q[ox[u]].offset < q[ox[p]].offset + q[ox[p]].size; u++)
-                cnt[ox[p]]++, cnt[ox[u]]++, nc += 2;
+        /* conflicts, counted per request (cnt, in idx's order) */
+        if (r == GM_OK) {
+            gm__sort_reqs(ox, m, q, 1);
+            for (i = 0; i < m; i++) cnt[i] = 0;
+            nc = gm__plan_conflicts(q, ox, m, cnt, NULL, NULL);
+        }
         if (nc >= UINT32_MAX) r = GM_ERR_HOST_OUT_OF_MEMORY; /* conflict offsets are 32-bit */
         if (r == GM_OK) { /* install: arrays by request index of the step */
             uint64_t *sz = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t)), *off = (uint64_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint64_t));
@@ -6686,11 +6698,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
                     pos += t;
                 }
                 for (i = 0; i < m; i++) cnt[i] = cs[idx[i]]; /* now each one's fill cursor */
-                for (p = 0; p < m; p++)
-                    for (u = p + 1; u < m && q[ox[u]].offset < q[ox[p]].offset + q[ox[p]].size; u++) {
-                        cf[cnt[ox[p]]++] = (uint32_t)idx[ox[u]];
-                        cf[cnt[ox[u]]++] = (uint32_t)idx[ox[p]];
-                    }
+                gm__plan_conflicts(q, ox, m, cnt, cf, idx);
                 /* due lists: planned requests by the cursor at which the recording
                    had freed them (end_alloc in 0..n: n + 1 buckets) */
                 for (i = 0; i < n; i++) gen[i] = 0, late[i] = 0;

@@ -84,7 +84,7 @@ static void test_pack_exact(void) {
             pk.r = q, pk.n = n, pk.rs = rs;
             gm__pack_overlaps(&pk, ord, 1);
             T_CHECK(pk.ovs != NULL);
-            gm__pack_search(&pk, ord, 512, off, &top);
+            gm__pack_search(&pk, ord, 512, gm__peak_live(q, rs, n), off, &top);
             GPUMEM_FREE(pk.ovs), GPUMEM_FREE(pk.ov);
             for (i = 0; i < n; i++) q[i].offset = off[i];
             T_EQ(top, height);

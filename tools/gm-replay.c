@@ -19,9 +19,8 @@
    problem, and RMM logs), the recording marks each event with its time
    (gm_plan_mark), so the plan measures lifetimes in the trace's clock; the
    packing a recording without marks gets (event order) is reported beside
-   it. A packing or lifetime problem is also packed directly at its own
-   times and checked pair by pair: the marked recording packs the same
-   lifetimes. */
+   it, checked pair by pair. The plan is then served once more with
+   gm_check after every event. */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "gm_trace.h"
@@ -32,21 +31,17 @@ static void usage(void) {
                     "                 [--check N] [--csv FILE] [--plan] TRACE...\n");
 }
 
-/* Packs the trace's requests alone: lifetimes in event order, or at the
-   trace's own times (frees come first at one time, so [lower, upper) is
-   kept); returns gm_plan_check's count (-1: the packing failed). */
-static long long pack_checked(const gmt_trace* t, gm_plan_req* q, int own, uint64_t* region, double* ms) {
+/* Packs the trace's requests alone, lifetimes in event order; returns
+   gm_plan_check's count (-1: the packing failed). */
+static long long pack_checked(const gmt_trace* t, gm_plan_req* q, uint64_t* region, double* ms) {
     size_t i;
     double t0;
-    for (i = 0; i < t->nids; i++) q[i].end = UINT64_MAX, q[i].offset = 0;
+    for (i = 0; i < t->nids; i++) q[i].end = t->n + 1, q[i].offset = 0; /* never freed: live to the end */
     for (i = 0; i < t->n; i++) {
         const gmt_event* e = &t->ev[i];
-        uint64_t at = own ? (uint64_t)e->time_us : i;
-        if (e->is_free) q[e->id].end = at;
-        else q[e->id].start = at, q[e->id].size = e->size ? e->size : 1;
+        if (e->is_free) q[e->id].end = i;
+        else q[e->id].start = i, q[e->id].size = e->size ? e->size : 1;
     }
-    for (i = 0; i < t->nids; i++) /* never freed: live to the end */
-        if (q[i].end == UINT64_MAX) q[i].end = (own && t->n ? (uint64_t)t->ev[t->n - 1].time_us : t->n) + 1;
     t0 = gmr_now_ns();
     if (gm_plan_pack(q, t->nids, 0, region) != GM_OK) return -1;
     *ms = (gmr_now_ns() - t0) / 1e6;
@@ -55,19 +50,18 @@ static long long pack_checked(const gmt_trace* t, gm_plan_req* q, int own, uint6
 
 /* --plan: the trace as one step, twice through a fresh context: recorded
    (gm_plan_begin ... gm_plan_end, marked with the trace's times where it
-   has them), then served from the plan (gm_plan_step); beside it the
-   packing alone, checked by gm_plan_check: in event order (what a
+   has them), then served from the plan (gm_plan_step); beside a marked
+   one the packing alone in event order, checked by gm_plan_check (what a
    recording without marks packs, but with every request: a recording
-   leaves out those not freed in the step or on another stream) and at a
-   problem's own times. */
-static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packing, int own, uint64_t scale, FILE* csv) {
+   leaves out those not freed in the step or on another stream). */
+static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packing, uint64_t scale, FILE* csv) {
     gm_plan_req* q = (gm_plan_req*)calloc(t->nids ? t->nids : 1, sizeof *q);
     gm_context* ctx = NULL;
     gm_plan_stats ps, ps3;
     size_t every;
     gmr_result r1, r2, r3;
     uint64_t region = 0, opt = (uint64_t)1048576 * scale, live;
-    long long bad;
+    long long bad = 0;
     double t0, ms, ev_ms = 0;
     gm_result r;
     int failed = 0, timed = 0;
@@ -77,29 +71,19 @@ static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packi
         free(q);
         return 1;
     }
-    /* the packing alone, checked pair by pair: in event order, and at the
-       problem's own times (what the marked recording packs) */
-    bad = pack_checked(t, q, 0, &region, &ev_ms);
-    live = gm_plan_peak_live(q, t->nids);
-    printf("  every request, event order: region %.4fx peak live", live ? (double)region / (double)live : 0);
-    if (packing) printf(" (%.4fx the known optimum)", (double)region / (double)opt);
-    printf(", built in %.1f ms, %s\n", ev_ms, bad < 0 ? "failed" : bad ? "OVERLAPS" : "checked: no overlap");
-    if (own) {
-        uint64_t own_region = 0;
-        double own_ms = 0;
-        long long own_bad = pack_checked(t, q, 1, &own_region, &own_ms);
-        printf("  its own times: region %.4fx peak live", live ? (double)own_region / (double)live : 0);
-        if (packing) printf(" (%.4fx the known optimum)", (double)own_region / (double)opt);
-        printf(", built in %.1f ms, %s\n", own_ms, own_bad < 0 ? "failed" : own_bad ? "OVERLAPS" : "checked: no overlap");
-        if (own_bad) failed = 1;
+    if (timed) { /* what an unmarked recording would pack (else it is the recorded plan) */
+        bad = pack_checked(t, q, &region, &ev_ms);
+        live = gm_plan_peak_live(q, t->nids);
+        printf("  every request, event order: region %.4fx peak live", live ? (double)region / (double)live : 0);
+        if (packing) printf(" (%.4fx the known optimum)", (double)region / (double)opt);
+        printf(", built in %.1f ms, %s\n", ev_ms, bad < 0 ? "failed" : bad ? "OVERLAPS" : "checked: no overlap");
     }
-    /* recorded, then planned */
+    /* recorded, then planned (gm_plan_end gives the cache back first) */
     gm_plan_begin(ctx);
     r1 = gmr_run(ctx, t, 0, 0, timed ? GMR_MARK : 0, NULL, NULL);
     t0 = gmr_now_ns();
     r = gm_plan_end(ctx);
     ms = (gmr_now_ns() - t0) / 1e6;
-    gm_empty_cache(ctx);
     gm_reset_peak_stats(ctx);
     gm_plan_step(ctx);
     r2 = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
@@ -130,7 +114,8 @@ static int plan_trace(const gmt_trace* t, gm_desc d, const char* name, int packi
                 ps.peak_live ? (double)ps.region / (double)ps.peak_live : 0,
                 packing ? (double)ps.region / (double)((uint64_t)1048576 * scale) : 0, ms, bad,
                 (long long)r2.peak_reserved, r1.ns_per_op, r2.ns_per_op, (long long)ps.hits, (long long)ps.departures,
-                (long long)region, packing ? (double)region / (double)opt : 0, ev_ms);
+                (long long)(timed ? region : (uint64_t)ps.region),
+                packing ? (double)(timed ? region : (uint64_t)ps.region) / (double)opt : 0, timed ? ev_ms : ms);
     gm_shutdown(ctx);
     free(q);
     return failed;
@@ -221,7 +206,7 @@ int main(int argc, char** argv) {
             failed = 1;
         }
         if (gm_check(ctx) != 0) failed = 1;
-        if (plan && plan_trace(&t, d, base(argv[i]), !strcmp(t.format, "packing"), strcmp(t.format, "rmm") != 0, sc ? sc : 1, csv)) failed = 1;
+        if (plan && plan_trace(&t, d, base(argv[i]), !strcmp(t.format, "packing"), sc ? sc : 1, csv)) failed = 1;
         gm_shutdown(ctx);
         gmt_free(&t);
     }
