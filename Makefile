@@ -4,9 +4,26 @@ CXX      ?= c++
 CUDA_HOME ?= /usr/local/cuda
 WARN     := -std=c99 -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wstrict-prototypes -Werror
 CFLAGS   ?= -O2 -g
-# The disk tier's io_uring path needs liburing (Debian: liburing-dev).
+# The disk tier's io_uring path needs liburing (Debian: liburing-dev). The
+# probe decides once; NO_URING=1 forces the pread/pwrite fallback.
+ifeq ($(NO_URING),1)
+HAVE_URING := 0
+endif
+ifndef HAVE_URING
+HAVE_URING := $(shell $(CC) tools/have_uring.c -o /dev/null -luring >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+export HAVE_URING
+ifeq ($(HAVE_URING),1)
 URING    := -DGPUMEM_URING
-LDLIBS   := -pthread -lm -luring
+URING_LIB := -luring
+else
+URING    :=
+URING_LIB :=
+ifeq ($(MAKELEVEL),0)
+$(info note: liburing not found: the disk tier will use pread/pwrite (for io_uring: apt-get install liburing-dev))
+endif
+endif
+LDLIBS   := -pthread -lm $(URING_LIB)
 CUDA_INC := -isystem $(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 

@@ -69,7 +69,15 @@ static int dir_entries(void) {
     return n;
 }
 
-static const char* io_name(gm_disk_io io) { return io == GM_DISK_IO_PREAD ? "pread" : "io_uring"; }
+/* Without GPUMEM_URING a request for io_uring is served by pread/pwrite. */
+#ifdef GPUMEM_URING
+static const int t_uring_built = 1;
+#else
+static const int t_uring_built = 0;
+#endif
+static const char* io_name(gm_disk_io io) {
+    return io == GM_DISK_IO_PREAD ? "pread" : t_uring_built ? "io_uring" : "io_uring asked, not built: pread";
+}
 
 /* One size through every path: device -> host -> disk (written from the
    host copy), disk -> device, device -> disk straight (written from the
@@ -121,7 +129,7 @@ static void test_roundtrips(gm_disk_io io) {
            (long long)ts.disk_ios, (double)ts.disk_depth_sum / (double)ts.disk_ios,
            (double)ts.bytes_to_disk / (double)ts.disk_write_ns * 1e3,
            (double)ts.bytes_from_disk / (double)ts.disk_read_ns * 1e3);
-    if (io != GM_DISK_IO_PREAD) T_CHECK(ts.disk_depth_sum > 4 * ts.disk_ios); /* the queue was deep */
+    if (io != GM_DISK_IO_PREAD && t_uring_built) T_CHECK(ts.disk_depth_sum > 4 * ts.disk_ios); /* the queue was deep */
     else T_EQ(ts.disk_depth_sum, ts.disk_ios);
     T_OK(gm_shutdown(ctx));
 }
