@@ -341,10 +341,13 @@ typedef enum gm_sim_fault {
     GM_SIM_FAULT_DISK_FULL         /* the Nth chunk write completes with ENOSPC */
 } gm_sim_fault;
 
-/* A tensor of the tiered manager: pool index and generation, so a handle
-   of a destroyed tensor is refused. {0} is no tensor. */
+/* A tensor of the tiered manager: pool index and generation (id), so a
+   handle of a destroyed tensor is refused, and the serial number of the
+   context that made it (ctx_id), so every other context refuses it. {0} is
+   no tensor. */
 typedef struct gm_tensor {
     uint32_t id;
+    uint32_t ctx_id;
 } gm_tensor;
 
 typedef enum gm_tier {
@@ -501,7 +504,12 @@ typedef struct gm_tier_stats {
    backend has no usable device, GM_ERR_INVALID_ARGUMENT for a NULL out. */
 GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc);
 /* Synchronizes the streams, returns every segment to the device, frees the
-   context. Live allocations are logged as leaks and released too. */
+   context. Live allocations, raw memory and tensors are logged as leaks and
+   released too. The context is gone afterwards: a call on it (a second
+   gm_shutdown included) reads freed memory, which no library can always
+   catch. While that memory has not been reused, such a call is refused with
+   GM_ERR_INVALID_ARGUMENT, and with GPUMEM_DEBUG it asserts with a message;
+   run under AddressSanitizer to catch every case. */
 GPUMEM_API gm_result gm_shutdown(gm_context* ctx);
 /* The desc as resolved at setup: every default filled in. */
 GPUMEM_API gm_desc gm_query_desc(const gm_context* ctx);
@@ -633,8 +641,10 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    their lifetimes' lengths in the caller's clock: where that clock is real
    time (a schedule's, a trace's), it packs hard inputs much closer than
    event indices let it (a recording gets it from gm_plan_mark).
-   GM_ERR_INVALID_ARGUMENT for NULL pointers, end <= start or a size of 0;
-   GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
+   GM_ERR_INVALID_ARGUMENT (nothing written) for NULL pointers, more than
+   2^32 - 1 requests, end <= start, a size of 0, an align above 2^62, or
+   sizes that, rounded up to align, sum past 2^62 (so no offset or sum can
+   wrap); GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
 typedef struct gm_plan_req {
     uint64_t size;
     uint64_t start, end; /* live in [start, end) */
@@ -642,10 +652,13 @@ typedef struct gm_plan_req {
 } gm_plan_req;
 GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uint64_t* region);
 /* The checker: the number of pairs of requests live at the same time whose
-   ranges overlap, plus requests that end past `region`; 0 for a valid
-   plan, -1 for bad arguments. */
+   ranges overlap, plus requests that end past `region` (or past 2^64); 0
+   for a valid plan, -1 for bad arguments (NULL with n > 0, more than
+   2^32 - 1 requests, a request with end <= start or a size of 0). */
 GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t region);
-/* The largest sum of sizes live at one time: no plan is smaller. */
+/* The largest sum of sizes live at one time: no plan is smaller. 0 for
+   NULL or n = 0; requests with end <= start are never live; UINT64_MAX
+   when the peak does not fit in 64 bits. */
 GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n);
 
 /* Planned mode, for steps that repeat (a training loop):
@@ -813,12 +826,17 @@ struct gm__block {
     uintptr_t key;          /* free: the tree key (the segment's owner) */
     uint32_t prio;          /* treap priority */
     uint8_t state;
+    uint8_t owner;          /* USED: who holds it (GM__OWN_*) */
     /* caching allocator */
     size_t requested;
     uint32_t* uses;         /* stream indices from gm_record_stream */
     void** events;          /* pending: events still to complete */
     uint32_t nuses, capuses, nevents;
+    uint32_t tag;           /* GM__OWN_TENSOR: the tensor's handle id */
 };
+/* Who holds a USED block of the caching allocator: gm_free and
+   gm_record_stream take only the caller's own (GM__OWN_USER). */
+enum { GM__OWN_USER = 0, GM__OWN_TENSOR = 1, GM__OWN_PLAN = 2 };
 
 struct gm__seg {
     uintptr_t base;
@@ -832,6 +850,9 @@ struct gm__seg {
     size_t mapped;          /* bytes counted as reserved: all of it, or the
                                mapped pages of an expandable segment */
     struct gm__vseg* va;    /* expandable: its pages; else NULL */
+    uint8_t** freed;        /* per GM__MARK_SPAN bytes, a bitmap of the
+                               512-byte slots where a freed block started
+                               (made on first use; NULL: none yet) */
 };
 
 typedef struct gm__chunk { struct gm__chunk* next; } gm__chunk;
@@ -875,6 +896,8 @@ typedef struct gm__ptrmap {
 
 struct gm_context {
     gm_desc desc;           /* resolved */
+    uint32_t magic;         /* GM__CTX_LIVE from setup until shutdown */
+    uint32_t serial;        /* process-unique, non-zero: tensor handles carry it */
     const gm__backend* be;
     void* bs;               /* backend state */
     size_t total;           /* device memory */
@@ -883,6 +906,7 @@ struct gm_context {
     gm__arena pool[2];      /* 0: small, 1: large */
     gm__ptrmap map;         /* allocated blocks by address */
     gm__ptrmap managed;     /* gm_alloc's unified-memory fallback: address -> bytes */
+    gm__ptrmap raw;         /* gm_raw_alloc's memory: address -> bytes */
     gm__sstate* ss;
     uint32_t nss, capss, last_ss;
     size_t va_gran;         /* page size of expandable segments; 0: classic */
@@ -953,6 +977,25 @@ GM__PRINTF(3, 4) static void gm__log(const gm_context* ctx, gm_log_level level, 
 /* Misuse: an error result and a log line always; an assert with GPUMEM_DEBUG. */
 #define GM__MISUSE(ctx, code, ...) \
     (gm__log((ctx), GM_LOG_ERROR, __VA_ARGS__), GM__MISUSE_ASSERT(0), (code))
+
+/* A context is live from gm_setup to gm_shutdown, which overwrites the
+   mark before freeing it. A call on a context already shut down reads
+   freed memory, which no library can always catch; while that memory has
+   not been reused, the mark says so: the call is refused, and with
+   GPUMEM_DEBUG it is an assertion with a message. The mark lies past the
+   first bytes, which a host allocator may reuse for its own lists. */
+#define GM__CTX_LIVE 0x676d6c76u
+#define GM__CTX_DEAD 0x676d6464u
+static int gm__ctx_dead(const gm_context* ctx) {
+    if (GM__LIKELY(ctx->magic == GM__CTX_LIVE)) return 0;
+#ifdef GPUMEM_DEBUG
+    fprintf(stderr, "gpumem: a call on %p, which is %s\n", (const void*)ctx,
+            ctx->magic == GM__CTX_DEAD ? "a context already shut down (gm_shutdown)" : "not a live gpumem context");
+    GPUMEM_ASSERT(!"gpumem call on a context that was shut down");
+#endif
+    return 1;
+}
+#define GM__BAD_CTX(ctx) (!(ctx) || gm__ctx_dead(ctx))
 
 /* Humane units for messages and the summary. */
 static const char* gm__fmt_bytes(char* buf, size_t cap, double v) {
@@ -1342,7 +1385,8 @@ typedef struct gm__sim {
     double rate[GM__LINKS];
     gm__sim_stream* streams;
     gm__sim_stream* def;
-    gm__ptrmap maps;       /* every mapping: base -> page-rounded length + 1 */
+    gm__ptrmap maps;       /* every mapping: base -> page-rounded length + kind + 1
+                              (kind: 0 device, 1 pinned, 2 managed) */
 } gm__sim;
 
 #define GM__SIM(ctx) ((gm__sim*)(ctx)->bs)
@@ -1506,7 +1550,7 @@ static void gm__sim_shutdown(gm_context* ctx) {
     { /* what is still mapped goes back with the context */
         size_t i;
         for (i = 0; i < sim->maps.cap; i++)
-            if (sim->maps.keys[i]) munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] - 1));
+            if (sim->maps.keys[i]) munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] & ~(uintptr_t)4095));
     }
     GPUMEM_FREE(sim->maps.keys);
     GPUMEM_FREE(sim->maps.vals);
@@ -1588,7 +1632,7 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
         return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&sim->mu);
-    if (!gm__map_put(&sim->maps, (uintptr_t)p, (void*)(uintptr_t)(n + 1))) {
+    if (!gm__map_put(&sim->maps, (uintptr_t)p, (void*)(uintptr_t)(n + (size_t)which + 1))) {
         pthread_mutex_unlock(&sim->mu);
         munmap(p, n);
         gm__sim_uncount(sim, which, n);
@@ -1599,20 +1643,26 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
     return GM_OK;
 }
 
-/* Only what sim mapped, at the length it mapped, is unmapped: a foreign
-   pointer or a wrong size would otherwise unmap its neighbours. */
+/* Only what sim mapped, of the kind and at the length it mapped, is
+   unmapped: a foreign pointer, another kind of memory (as CUDA's cudaFree
+   refuses pinned memory) or a wrong size would otherwise unmap it or its
+   neighbours. */
 static gm_result gm__sim_unmap(gm_context* ctx, void* p, size_t size, int which) {
+    static const char* kinds[] = {"device", "pinned host", "managed"};
     gm__sim* sim = GM__SIM(ctx);
     size_t n = gm__page(size);
     uintptr_t have;
     pthread_mutex_lock(&sim->mu);
     have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
-    if (have == n + 1) gm__map_del(&sim->maps, (uintptr_t)p);
+    if (have == n + (size_t)which + 1) gm__map_del(&sim->maps, (uintptr_t)p);
     pthread_mutex_unlock(&sim->mu);
-    if (have != n + 1) {
+    if (have != n + (size_t)which + 1) {
         if (!have) return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "sim: %p is not a mapping of this device", p);
+        if ((int)(have & 4095) - 1 != which)
+            return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "sim: %p is %s memory, not %s memory", p,
+                              kinds[(have & 3) - 1], kinds[which]);
         return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "sim: %p has %zu bytes mapped, not %zu", p,
-                          (size_t)(have - 1), size);
+                          (size_t)(have & ~(uintptr_t)4095), size);
     }
     if (munmap(p, n) != 0) {
         gm__log(ctx, GM_LOG_ERROR, "sim: munmap(%p, %zu) failed: %s", p, n, strerror(errno));
@@ -2185,6 +2235,33 @@ static void gm__arena_unrec(gm__arena* a, gm__block* b) {
     a->spare = b;
 }
 
+/* Freed-block marks tell a double free (the address was a block start
+   and was freed) from a pointer never handed out; one bit per 512 bytes,
+   in bitmaps of GM__MARK_SPAN bytes made when first needed. A mark that
+   cannot be made (no host memory) only makes a later double free read as a
+   foreign pointer: both are refused. */
+#define GM__MARK_SPAN (2 * GM__MIB)
+#define GM__MARK_SLOT 512
+static void gm__mark_freed(gm__seg* s, uintptr_t addr) {
+    size_t off = addr - s->base, c = off / GM__MARK_SPAN, bit = off % GM__MARK_SPAN / GM__MARK_SLOT;
+    if (!s->freed && !(s->freed = (uint8_t**)gm__calloc((s->size / GM__MARK_SPAN + 1) * sizeof(uint8_t*)))) return;
+    if (!s->freed[c] && !(s->freed[c] = (uint8_t*)gm__calloc(GM__MARK_SPAN / GM__MARK_SLOT / 8))) return;
+    s->freed[c][bit >> 3] = (uint8_t)(s->freed[c][bit >> 3] | (1u << (bit & 7)));
+}
+
+static int gm__was_freed(const gm__seg* s, uintptr_t addr) {
+    size_t off = addr - s->base, c = off / GM__MARK_SPAN, bit = off % GM__MARK_SPAN / GM__MARK_SLOT;
+    return off % GM__MARK_SLOT == 0 && s->freed && s->freed[c] && (s->freed[c][bit >> 3] >> (bit & 7) & 1);
+}
+
+static void gm__seg_free(gm__seg* s) {
+    size_t c;
+    if (s->freed)
+        for (c = 0; c <= s->size / GM__MARK_SPAN; c++) GPUMEM_FREE(s->freed[c]);
+    GPUMEM_FREE(s->freed);
+    GPUMEM_FREE(s);
+}
+
 static void gm__arena_destroy(gm__arena* a) {
     gm__seg* s;
     while ((s = a->segs) != NULL) {
@@ -2195,7 +2272,7 @@ static void gm__arena_destroy(gm__arena* a) {
             GPUMEM_FREE(b->events);
         }
         a->segs = s->next;
-        GPUMEM_FREE(s);
+        gm__seg_free(s);
     }
     while (a->chunks) {
         gm__chunk* c = a->chunks;
@@ -2357,7 +2434,7 @@ static void gm__arena_drop(gm__arena* a, gm__seg* s) {
         gm__stat_add(a->st->segment, a->pool, -1);
         gm__stat_add(a->st->reserved_bytes, a->pool, -(int64_t)s->mapped);
     }
-    GPUMEM_FREE(s);
+    gm__seg_free(s);
 }
 
 /* The segment holding address p, or NULL. */
@@ -2845,6 +2922,7 @@ static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* r);
 static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, gm_stream* used_on, gm_result* res);
 static void gm__plan_destroy(gm_context* ctx);
 static int gm__plan_check(gm_context* ctx);
+static void* gm__plan_region(const gm_context* ctx);
 
 /* >>alloc -----------------------------------------------------------------
    The caching allocator. Invariants: a USED block is in the pointer map
@@ -3111,14 +3189,16 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
 }
 
 /* quiet: a speculative request (a prefetch): no user hook, not counted or
-   logged as an out-of-memory when it cannot be served. */
-static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, int quiet) {
+   logged as an out-of-memory when it cannot be served. owner and tag: who
+   will hold the block (GM__OWN_*, and a tensor's handle id). */
+static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, int quiet, int owner,
+                           uint32_t tag) {
     size_t rsize;
     int pl, ps;
     uint32_t si;
     gm__block* b;
     gm_result r;
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (size == 0) return GM_OK;
     pthread_mutex_lock(&ctx->mu);
@@ -3152,6 +3232,8 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     b->requested = size;
+    b->owner = (uint8_t)owner;
+    b->tag = tag;
     gm__stat_add(ctx->stats.allocation, ps, 1);
     gm__stat_add(ctx->stats.allocated_bytes, ps, (int64_t)b->size);
     gm__stat_add(ctx->stats.requested_bytes, ps, (int64_t)size);
@@ -3203,15 +3285,19 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
 
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
     gm_result r;
-    if (ctx && out && size && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_alloc(ctx, out, size, stream))
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (out && size && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_alloc(ctx, out, size, stream))
         return GM_OK;
-    r = gm__alloc(ctx, out, size, stream, 0);
+    r = gm__alloc(ctx, out, size, stream, 0, GM__OWN_USER, 0);
     if (r == GM_ERR_OUT_OF_MEMORY) r = gm__alloc_managed(ctx, out, size, stream);
     if (r == GM_OK && *out && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) gm__plan_note_alloc(ctx, *out, size, stream);
     return r;
 }
 
-/* Why a pointer is not in the map: freed already, or never ours. */
+/* Why ptr is not a block `owner` may free, with mu held: another owner's
+   block (a tensor's, the plan's region), a block freed already (its start
+   carries a freed mark), an address inside a block or never handed out,
+   raw memory, or nothing of this context. */
 static gm_result gm__diagnose(gm_context* ctx, const void* ptr, const char* what) {
     uintptr_t p = (uintptr_t)ptr;
     int pl;
@@ -3219,31 +3305,35 @@ static gm_result gm__diagnose(gm_context* ctx, const void* ptr, const char* what
         gm__seg* s = gm__arena_seg_of(&ctx->pool[pl], p);
         gm__block* b;
         if (!s) continue;
-        for (b = s->first; b; b = b->next) {
-            if (p >= b->addr && p - b->addr < b->size) {
-                if (b->state != GM__USED)
-                    return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "%s: %p was already freed", what, ptr);
-                break;
-            }
-        }
-        return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p points inside a block, not at its start", what, ptr);
+        for (b = s->first; b && !(p >= b->addr && p - b->addr < b->size); b = b->next) {}
+        if (b && b->state == GM__USED && b->addr == p && b->owner == GM__OWN_TENSOR)
+            return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER,
+                              "%s: %p is the device memory of tensor %#x: the tiered manager owns it "
+                              "(release or destroy the tensor instead)", what, ptr, b->tag);
+        if (b && b->state == GM__USED && b->addr == p && b->owner == GM__OWN_PLAN)
+            return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p is the planned mode's region, which it owns", what, ptr);
+        if (gm__was_freed(s, p))
+            return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "%s: %p was already freed", what, ptr);
+        if (b && b->state == GM__USED)
+            return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p points inside a block, not at its start", what, ptr);
+        return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p was never handed out (it lies in cached free memory)",
+                          what, ptr);
     }
+    if (gm__map_get(&ctx->raw, p))
+        return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p is raw memory from gm_raw_alloc (free it with gm_raw_free)",
+                          what, ptr);
     return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p was not allocated by this context", what, ptr);
 }
 
-GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
+/* gm_free of a block `owner` holds (the tiered manager and the planned
+   mode free theirs here, bypassing the plan's own lookup). */
+static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     gm__block* b;
     int pl, ps;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
-    if (!ptr) return GM_OK;
-    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
-        gm_result pr;
-        if (gm__plan_free(ctx, ptr, &pr)) return pr;
-    }
     pthread_mutex_lock(&ctx->mu);
-    b = (gm__block*)gm__map_del(&ctx->map, (uintptr_t)ptr);
-    if (!b) {
-        size_t n = (size_t)(uintptr_t)gm__map_del(&ctx->managed, (uintptr_t)ptr);
+    b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
+    if (!b || b->owner != owner) {
+        size_t n = b ? 0 : (size_t)(uintptr_t)gm__map_del(&ctx->managed, (uintptr_t)ptr);
         gm_result r = n ? GM_OK : gm__diagnose(ctx, ptr, "gm_free");
         ctx->stats.managed_bytes -= (int64_t)n;
         pthread_mutex_unlock(&ctx->mu);
@@ -3253,6 +3343,8 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
         }
         return r;
     }
+    gm__map_del(&ctx->map, (uintptr_t)ptr);
+    gm__mark_freed(b->seg, b->addr);
     pl = (int)(b->seg->arena - ctx->pool);
     ps = gm__pool_stat(pl);
     if (ctx->trace) gm__trace_row(ctx, "free", b->addr, b->requested, ctx->ss[b->seg->key - 1].stream);
@@ -3293,19 +3385,28 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     return GM_OK;
 }
 
-GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stream) {
+GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!ptr) return GM_OK;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
+        gm_result pr;
+        if (gm__plan_free(ctx, ptr, &pr)) return pr;
+    }
+    return gm__free(ctx, ptr, GM__OWN_USER);
+}
+
+/* gm_record_stream on a block `owner` holds. */
+static gm_result gm__record_stream(gm_context* ctx, void* ptr, gm_stream stream, int owner) {
     gm__block* b;
     uint32_t si, i;
     gm_result r;
-    if (!ctx || !ptr) return GM_ERR_INVALID_ARGUMENT;
-    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, NULL, &stream, &r)) return r;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr)) { /* unified memory: gm_free waits for the device */
         pthread_mutex_unlock(&ctx->mu);
         return GM_OK;
     }
-    if (!b) r = gm__diagnose(ctx, ptr, "gm_record_stream");
+    if (!b || b->owner != owner) r = gm__diagnose(ctx, ptr, "gm_record_stream");
     else r = gm__ss_index(ctx, stream, &si);
     if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
         for (i = 0; i < b->nuses && b->uses[i] != si; i++) {}
@@ -3326,8 +3427,15 @@ GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stre
     return r;
 }
 
+GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stream) {
+    gm_result r;
+    if (GM__BAD_CTX(ctx) || !ptr) return GM_ERR_INVALID_ARGUMENT;
+    if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, NULL, &stream, &r)) return r;
+    return gm__record_stream(ctx, ptr, stream, GM__OWN_USER);
+}
+
 GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     gm__wait_all(ctx);
     gm__release(ctx, 1, 0);
@@ -3338,11 +3446,11 @@ GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
 GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* size) {
     gm__block* b;
     gm_result r = GM_OK;
-    if (!ctx || !size) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !size) return GM_ERR_INVALID_ARGUMENT;
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, size, NULL, &r)) return r;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
-    if (b) *size = b->size;
+    if (b && b->owner == GM__OWN_USER) *size = b->size;
     else if (gm__map_get(&ctx->managed, (uintptr_t)ptr))
         *size = (size_t)(uintptr_t)gm__map_get(&ctx->managed, (uintptr_t)ptr);
     else r = gm__diagnose(ctx, ptr, "gm_block_size");
@@ -3353,7 +3461,7 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
 /* >>summary ---------------------------------------------------------------
    Statistics out: a copy, resets, and the text table. */
 GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out) {
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     *out = ctx->stats;
     pthread_mutex_unlock(&ctx->mu);
@@ -3362,7 +3470,7 @@ GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out) {
 
 GPUMEM_API gm_result gm_reset_peak_stats(gm_context* ctx) {
     int i;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     for (i = 0; i < GM_STAT_POOLS; i++) {
 #define GM__RESET_PEAK(name, is_bytes) ctx->stats.name[i].peak = ctx->stats.name[i].current;
@@ -3375,7 +3483,7 @@ GPUMEM_API gm_result gm_reset_peak_stats(gm_context* ctx) {
 
 GPUMEM_API gm_result gm_reset_accumulated_stats(gm_context* ctx) {
     int i;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     for (i = 0; i < GM_STAT_POOLS; i++) {
 #define GM__RESET_ACC(name, is_bytes) ctx->stats.name[i].allocated = ctx->stats.name[i].freed = 0;
@@ -3471,7 +3579,7 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
     b.cap = cap;
     b.len = 0;
     if (cap) buf[0] = 0;
-    if (!ctx) return 0;
+    if (GM__BAD_CTX(ctx)) return 0;
     pthread_mutex_lock(&ctx->mu);
     gm__bprintf(&b, "{\"backend\":\"%s\",\"device\":%d,\"budget\":%zu,\"reserved\":%lld,\"allocated\":%lld,\"segments\":[",
                 ctx->be->name, ctx->desc.device, ctx->budget, (long long)ctx->stats.reserved_bytes[GM_STAT_ALL].current,
@@ -3538,9 +3646,9 @@ static void gm__disk_close(gm_context* ctx);
 GPUMEM_API int gm_check(gm_context* ctx) {
     int bad = 0, pl;
     int64_t used_n[2] = {0, 0}, used_b[2] = {0, 0}, pend_n[2] = {0, 0}, pend_b[2] = {0, 0}, req_b[2] = {0, 0};
-    size_t i, npend = 0;
+    size_t i, npend = 0, nplan = 0;
     gm__block* b;
-    if (!ctx) return -1;
+    if (GM__BAD_CTX(ctx)) return -1;
     pthread_mutex_lock(&ctx->mu);
     for (pl = 0; pl < 2; pl++) {
         const gm__seg* s;
@@ -3598,6 +3706,32 @@ GPUMEM_API int gm_check(gm_context* ctx) {
             gm__log(ctx, GM_LOG_ERROR, "check: map entry %#lx is not a block in use", (unsigned long)ctx->map.keys[i]);
             bad++;
         }
+        if (b->owner == GM__OWN_PLAN) nplan++;
+        if (b->owner == GM__OWN_TENSOR && !ctx->tier) {
+            gm__log(ctx, GM_LOG_ERROR, "check: block %#lx is held for a tensor, and there is no tiered manager",
+                    (unsigned long)b->addr);
+            bad++;
+        }
+        if (b->owner > GM__OWN_PLAN || (b->owner == GM__OWN_TENSOR) != (b->tag != 0) ||
+            (b->owner == GM__OWN_PLAN && gm__plan_region(ctx) != (void*)b->addr)) {
+            gm__log(ctx, GM_LOG_ERROR, "check: block %#lx has owner %d (tag %#x), which does not hold it",
+                    (unsigned long)b->addr, b->owner, b->tag);
+            bad++;
+        }
+    }
+    if (nplan != (gm__plan_region(ctx) ? 1u : 0u)) {
+        gm__log(ctx, GM_LOG_ERROR, "check: %zu blocks held by the planned mode, which has %s region", nplan,
+                gm__plan_region(ctx) ? "one" : "no");
+        bad++;
+    }
+    for (i = 0; i < ctx->raw.cap; i++) { /* raw memory is no block of the cache */
+        if (!ctx->raw.keys[i]) continue;
+        if (gm__arena_seg_of(&ctx->pool[0], ctx->raw.keys[i]) || gm__arena_seg_of(&ctx->pool[1], ctx->raw.keys[i]) ||
+            gm__map_get(&ctx->managed, ctx->raw.keys[i]) || !ctx->raw.vals[i]) {
+            gm__log(ctx, GM_LOG_ERROR, "check: raw memory at %#lx is also memory of the allocator",
+                    (unsigned long)ctx->raw.keys[i]);
+            bad++;
+        }
     }
     for (b = ctx->pending; b; b = b->r) {
         npend++;
@@ -3643,7 +3777,10 @@ GPUMEM_API int gm_check(gm_context* ctx) {
 
 /* >>setup -----------------------------------------------------------------
    Setup resolves the desc, starts the backend and sizes the budget;
-   shutdown undoes it in reverse. */
+   shutdown undoes it in reverse. Every context gets a serial number, the
+   only process-wide state: tensor handles carry it. */
+static uint32_t gm__ctx_serials;
+
 GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     gm_context* ctx;
     gm_result r;
@@ -3652,6 +3789,9 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     *out = NULL;
     ctx = (gm_context*)gm__calloc(sizeof *ctx);
     if (!ctx) return GM_ERR_HOST_OUT_OF_MEMORY;
+    ctx->magic = GM__CTX_LIVE;
+    do ctx->serial = __atomic_add_fetch(&gm__ctx_serials, 1u, __ATOMIC_RELAXED);
+    while (!ctx->serial); /* 0 marks no tensor */
     ctx->desc = gm__resolve_desc(desc, ctx->disk_dir);
     if (ctx->desc.backend == GM_BACKEND_SIM) {
         ctx->be = &gm__sim_backend;
@@ -3716,16 +3856,18 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
 GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     int pl;
     uint32_t i;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     gm__tier_shutdown(ctx);
     gm__plan_destroy(ctx);
     gm__disk_close(ctx);
     pthread_mutex_lock(&ctx->mu);
     ctx->be->device_sync(ctx);
     gm__process_pending(ctx, 1);
-    if (ctx->map.count + ctx->managed.count)
+    if (ctx->map.count + ctx->managed.count + ctx->raw.count)
         gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them",
-                ctx->map.count + ctx->managed.count);
+                ctx->map.count + ctx->managed.count + ctx->raw.count);
+    for (i = 0; i < ctx->raw.cap; i++)
+        if (ctx->raw.keys[i]) ctx->be->dev_free(ctx, (void*)ctx->raw.keys[i], (size_t)(uintptr_t)ctx->raw.vals[i]);
     for (i = 0; i < ctx->managed.cap; i++)
         if (ctx->managed.keys[i])
             ctx->be->managed_free(ctx, (void*)ctx->managed.keys[i], (size_t)(uintptr_t)ctx->managed.vals[i]);
@@ -3746,35 +3888,38 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     GPUMEM_FREE(ctx->map.vals);
     GPUMEM_FREE(ctx->managed.keys);
     GPUMEM_FREE(ctx->managed.vals);
+    GPUMEM_FREE(ctx->raw.keys);
+    GPUMEM_FREE(ctx->raw.vals);
     if (ctx->trace && fclose(ctx->trace) != 0) gm__log(ctx, GM_LOG_WARN, "trace: write failed: %s", strerror(errno));
     pthread_mutex_unlock(&ctx->mu);
     ctx->be->shutdown(ctx);
     pthread_mutex_destroy(&ctx->mu);
+    ctx->magic = GM__CTX_DEAD;
     GPUMEM_FREE(ctx);
     return GM_OK;
 }
 
 GPUMEM_API gm_desc gm_query_desc(const gm_context* ctx) {
     gm_desc d;
-    if (ctx) return ctx->desc;
+    if (!GM__BAD_CTX(ctx)) return ctx->desc;
     memset(&d, 0, sizeof d);
     return d;
 }
 
-GPUMEM_API const char* gm_backend_name(const gm_context* ctx) { return ctx ? ctx->be->name : "none"; }
+GPUMEM_API const char* gm_backend_name(const gm_context* ctx) { return GM__BAD_CTX(ctx) ? "none" : ctx->be->name; }
 
 /* >>device ----------------------------------------------------------------
    Thin public wrappers over the backend table: argument checks, then the
    call. Streams destroyed here leave the allocator's state marked dead. */
 GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* f, size_t* t) {
-    if (!ctx || !f || !t) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !f || !t) return GM_ERR_INVALID_ARGUMENT;
     return ctx->be->mem_info(ctx, f, t);
 }
 
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
     gm_result r;
     uint32_t i;
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     r = ctx->be->stream_create(ctx, out);
     if (r != GM_OK) return r;
     pthread_mutex_lock(&ctx->mu); /* a handle the backend reused is alive again */
@@ -3787,7 +3932,7 @@ GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
 GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) {
     gm_result r;
     uint32_t i;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: the default stream cannot be destroyed");
     if (!ctx->be->stream_valid(ctx, s))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: unknown stream %p", (void*)s);
@@ -3811,44 +3956,89 @@ GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) {
 }
 
 GPUMEM_API gm_result gm_stream_synchronize(gm_context* ctx, gm_stream s) {
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     return ctx->be->stream_sync(ctx, s);
 }
 
 GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx) {
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     return ctx->be->device_sync(ctx);
 }
 
 GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size, gm_copy_kind kind,
                                      gm_stream s) {
-    if (!ctx || (size && (!dst || !src)) || (int)kind < 0 || (int)kind > (int)GM_COPY_HOST_TO_HOST)
+    if (GM__BAD_CTX(ctx) || (size && (!dst || !src)) || (int)kind < 0 || (int)kind > (int)GM_COPY_HOST_TO_HOST)
         return GM_ERR_INVALID_ARGUMENT;
     if (!size) return GM_OK;
     return ctx->be->copy(ctx, dst, src, size, kind, s);
 }
 
 GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream s, gm_host_fn fn, void* user) {
-    if (!ctx || !fn) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !fn) return GM_ERR_INVALID_ARGUMENT;
     return ctx->be->launch_host(ctx, s, fn, user);
 }
 
+/* Raw memory is kept in ctx->raw, so that gm_raw_free takes nothing else
+   (a segment of the cache, a tensor's memory, pinned or managed memory)
+   and gm_free refuses it, on every backend. */
 GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size) {
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    gm_result r;
+    int kept;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (!size) return GM_OK;
-    return ctx->be->dev_alloc(ctx, out, size);
+    if (size > GM__MAX_REQUEST) return GM_ERR_OUT_OF_MEMORY;
+    r = ctx->be->dev_alloc(ctx, out, size);
+    if (r != GM_OK) {
+        *out = NULL;
+        return r;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    kept = gm__map_put(&ctx->raw, (uintptr_t)*out, (void*)(uintptr_t)size);
+    pthread_mutex_unlock(&ctx->mu);
+    if (!kept) {
+        ctx->be->dev_free(ctx, *out, size);
+        *out = NULL;
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    return GM_OK;
 }
 
 GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size) {
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    size_t have;
+    gm_result r;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
-    return ctx->be->dev_free(ctx, ptr, size);
+    pthread_mutex_lock(&ctx->mu);
+    have = (size_t)(uintptr_t)gm__map_get(&ctx->raw, (uintptr_t)ptr);
+    if (!have) {
+        int pl, cached = 0;
+        for (pl = 0; pl < 2; pl++) cached |= gm__arena_seg_of(&ctx->pool[pl], (uintptr_t)ptr) != NULL;
+        r = cached ? GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "gm_raw_free: %p is memory of the caching allocator, "
+                                "not from gm_raw_alloc", ptr)
+            : gm__map_get(&ctx->managed, (uintptr_t)ptr)
+                ? GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "gm_raw_free: %p is unified memory from gm_alloc (use gm_free)", ptr)
+                : GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "gm_raw_free: %p was not allocated by gm_raw_alloc", ptr);
+    } else if (have != size) {
+        r = GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_raw_free: %p has %zu bytes, not %zu", ptr, have, size);
+    } else {
+        gm__map_del(&ctx->raw, (uintptr_t)ptr);
+        r = GM_OK;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    if (r != GM_OK) return r;
+    r = ctx->be->dev_free(ctx, ptr, size);
+    if (r != GM_OK) { /* the backend kept it: so does the map */
+        pthread_mutex_lock(&ctx->mu);
+        gm__map_put(&ctx->raw, (uintptr_t)ptr, (void*)(uintptr_t)size);
+        pthread_mutex_unlock(&ctx->mu);
+    }
+    return r;
 }
 
 GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes, uint64_t* busy_ns) {
     gm__sim* sim;
-    if (!ctx || !bytes || !busy_ns || dir < 0 || dir > 1) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !bytes || !busy_ns || dir < 0 || dir > 1) return GM_ERR_INVALID_ARGUMENT;
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
     sim = GM__SIM(ctx);
     pthread_mutex_lock(&sim->mu);
@@ -3860,7 +4050,7 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
 
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth) {
     gm__sim* sim;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
     sim = GM__SIM(ctx);
     if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL) return GM_ERR_INVALID_ARGUMENT;
@@ -4558,11 +4748,21 @@ static void gm__lru_push(gm__tier* tm, gm__tensor* x) {
     tm->lru_tail = k;
 }
 
+/* A handle: the index + 1 in the low 20 bits, the low 12 bits of the
+   generation above them, and the context's serial number beside. */
 static gm__tensor* gm__tensor_get(gm_context* ctx, gm_tensor h) {
     gm__tier* tm = (gm__tier*)ctx->tier;
     uint32_t i = (h.id & 0xfffffu) - 1, gen = h.id >> 20;
-    if (!tm || !h.id || i >= tm->n || !tm->t[i].live || (tm->t[i].gen & 0xfffu) != gen) return NULL;
+    if (!tm || !h.id || h.ctx_id != ctx->serial || i >= tm->n || !tm->t[i].live || (tm->t[i].gen & 0xfffu) != gen)
+        return NULL;
     return &tm->t[i];
+}
+
+static gm_tensor gm__handle(const gm_context* ctx, uint32_t gen, uint32_t i) {
+    gm_tensor h;
+    h.id = ((gen & 0xfffu) << 20) | (i + 1);
+    h.ctx_id = ctx->serial;
+    return h;
 }
 
 /* Host pool: an arena grown in pinned chunks up to host_budget. */
@@ -4628,8 +4828,8 @@ static void gm__dev_drop(gm_context* ctx, gm__tensor* x) {
     int i;
     if (x->used_overflow) gm_device_synchronize(ctx);
     for (i = 0; i < x->nused; i++)
-        if (gm__stream_alive(ctx, x->used[i])) gm_record_stream(ctx, x->dev, x->used[i]);
-    gm_free(ctx, x->dev);
+        if (gm__stream_alive(ctx, x->used[i])) gm__record_stream(ctx, x->dev, x->used[i], GM__OWN_TENSOR);
+    gm__free(ctx, x->dev, GM__OWN_TENSOR);
     x->dev = NULL;
     x->nused = x->used_overflow = 0;
     x->prefetched = 0;
@@ -4833,7 +5033,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
                 tm->cand = c;
                 tm->ncandcap = cap;
             }
-            tm->cand[n++].id = ((x->gen & 0xfffu) << 20) | (k);
+            tm->cand[n++] = gm__handle(ctx, x->gen, k - 1);
             continue;
         }
         nu = tm->policy == GM_EVICT_LEARNED ? gm__next_use(tm, k - 1) : 0;
@@ -4915,7 +5115,7 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
 /* Room on the device for x, on stream s; per the fallback, managed memory
    (not for a speculative prefetch, which simply does not happen). */
 static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
-    gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative);
+    gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative, GM__OWN_TENSOR, gm__handle_id(tm, x));
     if (r == GM_OK) {
         x->alloc_stream = s;
         return GM_OK;
@@ -4957,8 +5157,8 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         if (r == GM_OK) r = gm__event_on(ctx, &x->ready_ev, tm->copy);
         if (r != GM_OK) { /* the copy below is still whole: give the room back */
             if (x->dev) {
-                gm_record_stream(ctx, x->dev, tm->copy);
-                gm_free(ctx, x->dev);
+                gm__record_stream(ctx, x->dev, tm->copy, GM__OWN_TENSOR);
+                gm__free(ctx, x->dev, GM__OWN_TENSOR);
             } else if (x->managed) {
                 ctx->be->device_sync(ctx);
                 ctx->be->managed_free(ctx, x->managed, x->bytes);
@@ -4983,14 +5183,16 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
 #define GM__TIER_ENTER(ctx, tm, x, h)                                                       \
     gm__tier* tm;                                                                           \
     gm__tensor* x;                                                                          \
-    if (!(ctx)) return GM_ERR_INVALID_ARGUMENT;                                             \
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;                                   \
     tm = gm__tier_of(ctx);                                                                  \
     if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made"); \
     pthread_mutex_lock(&tm->mu);                                                            \
     x = gm__tensor_get(ctx, h);                                                             \
     if (!x) {                                                                               \
         pthread_mutex_unlock(&tm->mu);                                                      \
-        return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: tensor %#x is not live", (h).id);  \
+        return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, (h).ctx_id != (ctx)->serial                \
+                          ? "tier: tensor %#x is a handle of another context" : "tier: tensor %#x is not live", \
+                          (h).id);                                                          \
     }
 
 /* Learned order, after an acquire: note it, then bring in the next tensors
@@ -5025,7 +5227,7 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
                                         void* user) {
     gm__tier* tm;
-    if (!ctx || (int)policy < 0 || policy > GM_EVICT_CUSTOM || prefetch_ahead < 0 || (policy == GM_EVICT_CUSTOM && !fn))
+    if (GM__BAD_CTX(ctx) || (int)policy < 0 || policy > GM_EVICT_CUSTOM || prefetch_ahead < 0 || (policy == GM_EVICT_CUSTOM && !fn))
         return GM_ERR_INVALID_ARGUMENT;
     tm = gm__tier_open(ctx);
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
@@ -5042,7 +5244,7 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
 GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
     gm__tier* tm;
     uint32_t i, *first, *at;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     tm = gm__tier_open(ctx);
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
@@ -5077,8 +5279,8 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     gm__tensor* x;
     uint32_t i;
     gm_result r;
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
-    out->id = 0;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
+    out->id = out->ctx_id = 0;
     if (bytes > GM__MAX_REQUEST) return GM__MISUSE(ctx, GM_ERR_OUT_OF_MEMORY, "tier: %zu bytes is no tensor", bytes);
     if (!bytes) bytes = 1; /* a tensor occupies something in some tier */
     tm = gm__tier_open(ctx);
@@ -5113,7 +5315,8 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     /* room: the device (evicting others if needed), else the host tier,
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
-    r = gm__alloc(ctx, &x->dev, bytes, NULL, 0); /* not gm_alloc: its own fallback would hide the tiers below */
+    /* not gm_alloc: its own fallback would hide the tiers below */
+    r = gm__alloc(ctx, &x->dev, bytes, NULL, 0, GM__OWN_TENSOR, gm__handle_id(tm, x));
     if (r == GM_ERR_OUT_OF_MEMORY) {
         x->dev = NULL;
         x->host = gm__host_room(ctx, tm, bytes, x);
@@ -5138,7 +5341,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     if (x->dev) gm__lru_push(tm, x);
     tm->st.tensors++;
     gm__tier_count(tm, x, 1);
-    out->id = ((x->gen & 0xfffu) << 20) | (i + 1);
+    *out = gm__handle(ctx, x->gen, i);
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
 }
@@ -5273,7 +5476,8 @@ GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor h) {
 GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier tier) {
     gm_result r = GM_OK;
     if (tier == GM_TIER_HOST) return gm_tensor_evict(ctx, h);
-    if (ctx && tier != GM_TIER_DISK) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: cannot evict to tier %d", (int)tier);
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (tier != GM_TIER_DISK) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: cannot evict to tier %d", (int)tier);
     {
         GM__TIER_ENTER(ctx, tm, x, h)
         if (x->acquired) r = GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: evict of tensor %#x while acquired", h.id);
@@ -5317,7 +5521,7 @@ GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor h, gm_tier* tier
 
 GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     gm__tier* tm;
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
     tm = gm__tier_of(ctx);
     if (!tm) return GM_OK;
@@ -5374,6 +5578,29 @@ static int gm__tier_check(gm_context* ctx) {
         else if (x->managed) man += (int64_t)x->bytes;
         if (x->host_valid) host += (int64_t)x->bytes;
     }
+    { /* each device copy is a block the manager holds for that tensor, and no other block is its */
+        size_t held = 0, ndev = 0, k;
+        pthread_mutex_lock(&ctx->mu);
+        for (i = 0; i < tm->n; i++) {
+            const gm__block* b;
+            x = &tm->t[i];
+            if (!x->live || !x->dev) continue;
+            ndev++;
+            b = (const gm__block*)gm__map_get(&ctx->map, (uintptr_t)x->dev);
+            if (!b || b->owner != GM__OWN_TENSOR || b->tag != gm__handle_id(tm, x) || b->size < x->bytes) {
+                gm__log(ctx, GM_LOG_ERROR, "check: the device copy of tensor %#x at %p is %s", gm__handle_id(tm, x),
+                        x->dev, !b ? "not a block in use" : "a block held by someone else");
+                bad++;
+            }
+        }
+        for (k = 0; k < ctx->map.cap; k++)
+            if (ctx->map.keys[k] && ((const gm__block*)ctx->map.vals[k])->owner == GM__OWN_TENSOR) held++;
+        pthread_mutex_unlock(&ctx->mu);
+        if (held != ndev) {
+            gm__log(ctx, GM_LOG_ERROR, "check: %zu blocks held for tensors, %zu tensors on the device", held, ndev);
+            bad++;
+        }
+    }
     if (onlru != want_lru || live != tm->st.tensors || dev != tm->st.device_bytes || host != tm->st.host_bytes ||
         man != tm->st.managed_bytes || diskb != tm->st.disk_bytes) {
         gm__log(ctx, GM_LOG_ERROR,
@@ -5417,7 +5644,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     ctx->be->device_sync(ctx);
     for (i = 0; i < tm->n; i++) {
         gm__tensor* x = &tm->t[i];
-        if (x->live && x->dev) gm_free(ctx, x->dev);
+        if (x->live && x->dev) gm__free(ctx, x->dev, GM__OWN_TENSOR);
         if (x->live && x->managed) ctx->be->managed_free(ctx, x->managed, x->bytes);
         if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
         if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
@@ -5460,6 +5687,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
 #ifndef GM__PLAN_ROUNDS
 #define GM__PLAN_ROUNDS 400u
 #endif
+#define GM__PLAN_LIMIT ((uint64_t)1 << 62) /* the largest sum of rounded sizes gm_plan_pack takes */
 #ifndef GM__PLAN_PAIRS
 #define GM__PLAN_PAIRS (1u << 22) /* overlap entries past which there are no lists (and no search) */
 #endif
@@ -6101,36 +6329,42 @@ done:
 /* Sweep over 2n events in time order, frees before allocations at one
    time (a request ending at t and one starting at t may share bytes). */
 typedef struct gm__pev {
-    uint64_t t;
-    int64_t d;
+    uint64_t t, d;
+    int add;
 } gm__pev;
 static int gm__pev_cmp(const void* a, const void* b) {
     const gm__pev *x = (const gm__pev*)a, *y = (const gm__pev*)b;
     if (x->t != y->t) return x->t < y->t ? -1 : 1;
-    return (x->d > 0) - (y->d > 0);
+    return x->add - y->add;
 }
 
 /* The peak of sizes (rs, or the requests' own) live at one time; 0
-   without memory. */
+   without memory, UINT64_MAX when it does not fit in 64 bits. Requests
+   with end <= start are never live. */
 static uint64_t gm__peak_live(const gm_plan_req* reqs, const uint64_t* rs, size_t n) {
     gm__pev* ev;
-    int64_t live = 0, peak = 0;
-    size_t i;
-    if (!reqs || !n) return 0;
+    uint64_t live = 0, peak = 0;
+    size_t i, m = 0;
+    if (!reqs || !n || n > SIZE_MAX / (2 * sizeof(gm__pev))) return 0;
     ev = (gm__pev*)GPUMEM_MALLOC(2 * n * sizeof(gm__pev));
     if (!ev) return 0;
     for (i = 0; i < n; i++) {
-        int64_t sz = (int64_t)(rs ? rs[i] : reqs[i].size);
-        ev[2 * i].t = reqs[i].start, ev[2 * i].d = sz;
-        ev[2 * i + 1].t = reqs[i].end, ev[2 * i + 1].d = -sz;
+        uint64_t sz = rs ? rs[i] : reqs[i].size;
+        if (reqs[i].end <= reqs[i].start) continue;
+        ev[m].t = reqs[i].start, ev[m].d = sz, ev[m].add = 1, m++;
+        ev[m].t = reqs[i].end, ev[m].d = sz, ev[m].add = 0, m++;
     }
-    qsort(ev, 2 * n, sizeof(gm__pev), gm__pev_cmp);
-    for (i = 0; i < 2 * n; i++) {
-        live += ev[i].d;
+    qsort(ev, m, sizeof(gm__pev), gm__pev_cmp);
+    for (i = 0; i < m; i++) { /* frees first at one time: live never falls below 0 */
+        if (ev[i].add && ev[i].d > UINT64_MAX - live) {
+            peak = UINT64_MAX;
+            break;
+        }
+        live = ev[i].add ? live + ev[i].d : live - ev[i].d;
         if (live > peak) peak = live;
     }
     GPUMEM_FREE(ev);
-    return (uint64_t)peak;
+    return peak;
 }
 
 GPUMEM_API uint64_t gm_plan_peak_live(const gm_plan_req* reqs, size_t n) { return gm__peak_live(reqs, NULL, n); }
@@ -6143,8 +6377,14 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     if (!reqs || !region || n > UINT32_MAX) return GM_ERR_INVALID_ARGUMENT;
     *region = 0;
     if (!align) align = GM__ROUND;
-    for (i = 0; i < n; i++) /* sizes below 2^62: sums and rounding cannot wrap */
-        if (reqs[i].end <= reqs[i].start || !reqs[i].size || reqs[i].size >> 62) return GM_ERR_INVALID_ARGUMENT;
+    if ((uint64_t)align > GM__PLAN_LIMIT) return GM_ERR_INVALID_ARGUMENT;
+    for (i = 0, lb = 0; i < n; i++) { /* rounded sizes summing to at most 2^62: no sum or offset can wrap */
+        uint64_t sz = reqs[i].size;
+        if (reqs[i].end <= reqs[i].start || !sz || sz > GM__PLAN_LIMIT) return GM_ERR_INVALID_ARGUMENT;
+        sz = (sz + align - 1) / align * align;
+        if (sz > GM__PLAN_LIMIT - lb) return GM_ERR_INVALID_ARGUMENT;
+        lb += sz;
+    }
     if (!n) return GM_OK;
     pk.r = reqs;
     pk.n = n;
@@ -6251,6 +6491,8 @@ GPUMEM_API long long gm_plan_check(const gm_plan_req* reqs, size_t n, uint64_t r
     size_t i, j;
     if ((!reqs && n) || n > UINT32_MAX) return -1;
     if (!n) return 0;
+    for (i = 0; i < n; i++)
+        if (reqs[i].end <= reqs[i].start || !reqs[i].size) return -1;
     ix = (uint32_t*)GPUMEM_MALLOC(n * sizeof(uint32_t));
     if (!ix) return -1;
     gm__sort_reqs(ix, n, reqs, 0);
@@ -6307,6 +6549,7 @@ typedef struct gm__plan {
     uint32_t *dstart, *due;       /* due at cursor k: due[dstart[k] .. dstart[k + 1]) */
     uint32_t* gen;                /* the step a live planned block was served in */
     uint8_t* late;                /* counted in overdue */
+    uint8_t* served;              /* served at least once (a later free of it is a double free) */
     uint32_t step_gen;
     size_t carried, overdue;
     gm_stream stream;
@@ -6323,8 +6566,9 @@ static void gm__plan_drop_arrays(gm__plan* pl) {
     pl->strm = NULL;
     GPUMEM_FREE(pl->elsewhere), GPUMEM_FREE(pl->cstart), GPUMEM_FREE(pl->conf);
     GPUMEM_FREE(pl->dstart), GPUMEM_FREE(pl->due), GPUMEM_FREE(pl->gen), GPUMEM_FREE(pl->late);
+    GPUMEM_FREE(pl->served);
     pl->size = pl->off = NULL;
-    pl->online = pl->live = pl->elsewhere = pl->late = NULL;
+    pl->online = pl->live = pl->elsewhere = pl->late = pl->served = NULL;
     pl->cstart = pl->conf = pl->dstart = pl->due = pl->gen = NULL;
     pl->n = 0;
 }
@@ -6357,6 +6601,7 @@ static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream st
     }
     if (!gm__map_put(&pl->livemap, (uintptr_t)pl->base + pl->off[k], (void*)(uintptr_t)(k + 1))) goto departure;
     pl->live[k] = 1;
+    pl->served[k] = 1;
     pl->gen[k] = pl->step_gen;
     pl->nlive++;
     pl->st.hits++;
@@ -6402,6 +6647,17 @@ static int gm__plan_in_region(const gm__plan* pl, const void* ptr) {
     return pl && pl->base && (uintptr_t)ptr >= (uintptr_t)pl->base && (uintptr_t)ptr - (uintptr_t)pl->base < pl->region;
 }
 
+/* Misuse of such a pointer: a double free when a planned block was served
+   there (an O(n) look, on the error path only), else a foreign pointer. */
+static gm_result gm__plan_misuse(gm_context* ctx, const gm__plan* pl, const void* ptr, const char* what) {
+    size_t k;
+    for (k = 0; k < pl->n; k++)
+        if (pl->served[k] && !pl->online[k] && (uintptr_t)pl->base + pl->off[k] == (uintptr_t)ptr)
+            return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "%s: %p, a planned block, was already freed", what, ptr);
+    return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p is in the plan's region but was never handed out", what,
+                      ptr);
+}
+
 static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* res) {
     gm__plan* pl;
     uintptr_t v;
@@ -6426,7 +6682,7 @@ static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* res) {
         else if (pl->late[k]) pl->overdue--;
         pl->late[k] = 0;
     } else if (gm__plan_in_region(pl, ptr)) {
-        *res = GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "gm_free: %p is in the plan's region but not a live planned block", ptr);
+        *res = gm__plan_misuse(ctx, pl, ptr, "gm_free");
         v = 1;
     } else if (pl && pl->recording) {
         uintptr_t i = (uintptr_t)gm__map_del(&pl->recmap, (uintptr_t)ptr);
@@ -6452,10 +6708,15 @@ static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, gm_stre
     if (v && size) *size = gm__round_req((size_t)pl->size[v - 1]);
     if (v && used_on && *used_on != pl->stream) pl->elsewhere[v - 1] = 1;
     mine = v || gm__plan_in_region(pl, ptr);
-    if (!v && mine)
-        *res = GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%p is in the plan's region but not a live planned block", ptr);
+    if (!v && mine) *res = gm__plan_misuse(ctx, pl, ptr, size ? "gm_block_size" : "gm_record_stream");
     pthread_mutex_unlock(&ctx->mu);
     return mine;
+}
+
+/* The plan's region (a block it holds), or NULL. With mu held. */
+static void* gm__plan_region(const gm_context* ctx) {
+    const gm__plan* pl = (const gm__plan*)ctx->plan;
+    return pl ? pl->base : NULL;
 }
 
 /* Live planned blocks: in the region, counted, and disjoint. With mu held. */
@@ -6540,12 +6801,12 @@ static void gm__plan_record(gm__plan* pl, void** old) {
 GPUMEM_API gm_result gm_plan_begin(gm_context* ctx) {
     gm__plan* pl;
     void* old = NULL;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     pl = gm__plan_get(ctx);
     if (pl) gm__plan_record(pl, &old);
     pthread_mutex_unlock(&ctx->mu);
-    if (old) gm_free(ctx, old);
+    if (old) gm__free(ctx, old, GM__OWN_PLAN);
     return pl ? GM_OK : GM_ERR_HOST_OUT_OF_MEMORY;
 }
 
@@ -6630,7 +6891,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
     base = pl->base; /* the old region goes first: nothing of it is live */
     pl->base = NULL;
     pthread_mutex_unlock(&ctx->mu);
-    if (base) gm_free(ctx, base);
+    if (base) gm__free(ctx, base, GM__OWN_PLAN);
     base = NULL;
     q = (gm_plan_req*)GPUMEM_MALLOC((n ? n : 1) * sizeof *q);
     tk = (uint64_t*)GPUMEM_MALLOC((nev + 1) * sizeof *tk);
@@ -6662,7 +6923,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
         if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
         if (r == GM_OK && m) { /* the recorded step's blocks wait in the cache: the region replaces them */
             gm_empty_cache(ctx);
-            r = gm__alloc(ctx, &base, (size_t)region, stream, 0);
+            r = gm__alloc(ctx, &base, (size_t)region, stream, 0, GM__OWN_PLAN, 0);
         }
         /* conflicts, counted per request (cnt, in idx's order) */
         if (r == GM_OK) {
@@ -6680,9 +6941,11 @@ static gm_result gm__plan_build(gm_context* ctx) {
             uint32_t* du = (uint32_t*)GPUMEM_MALLOC((m + 1) * sizeof(uint32_t));
             uint32_t* gen = (uint32_t*)GPUMEM_MALLOC((n + 1) * sizeof(uint32_t));
             uint8_t* late = (uint8_t*)GPUMEM_MALLOC(n + 1);
+            uint8_t* served = (uint8_t*)gm__calloc(n + 1);
             gm_stream* strm = (gm_stream*)GPUMEM_MALLOC((n + 1) * sizeof(gm_stream));
-            if (!sz || !off || !onl || !live || !els || !cs || !cf || !ds || !du || !gen || !late || !strm) {
+            if (!sz || !off || !onl || !live || !els || !cs || !cf || !ds || !du || !gen || !late || !served || !strm) {
                 GPUMEM_FREE(sz), GPUMEM_FREE(off), GPUMEM_FREE(onl), GPUMEM_FREE(live), GPUMEM_FREE(els), GPUMEM_FREE(strm);
+                GPUMEM_FREE(served);
                 GPUMEM_FREE(cs), GPUMEM_FREE(cf), GPUMEM_FREE(ds), GPUMEM_FREE(du), GPUMEM_FREE(gen), GPUMEM_FREE(late);
                 r = GM_ERR_HOST_OUT_OF_MEMORY;
             } else {
@@ -6716,6 +6979,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
                 pl->n = n, pl->size = sz, pl->off = off, pl->online = onl, pl->live = live, pl->elsewhere = els;
                 pl->cstart = cs, pl->conf = cf, pl->dstart = ds, pl->due = du, pl->gen = gen, pl->late = late;
                 pl->strm = strm;
+                pl->served = served;
                 pl->carried = pl->overdue = 0;
                 pl->base = base, pl->region = region, pl->stream = stream;
                 pl->cursor = 0, pl->nlive = 0, pl->step_departures = 0;
@@ -6734,21 +6998,21 @@ static gm_result gm__plan_build(gm_context* ctx) {
         GPUMEM_FREE(cnt);
         GPUMEM_FREE(ox);
     }
-    if (base) gm_free(ctx, base);
+    if (base) gm__free(ctx, base, GM__OWN_PLAN);
     GPUMEM_FREE(q);
     GPUMEM_FREE(rec);
     return r;
 }
 
 GPUMEM_API gm_result gm_plan_end(gm_context* ctx) {
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     return gm__plan_build(ctx);
 }
 
 GPUMEM_API gm_result gm_plan_mark(gm_context* ctx, uint64_t time) {
     gm__plan* pl;
     gm_result r = GM_OK;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pl = (gm__plan*)__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (!pl || !__atomic_load_n(&pl->recording, __ATOMIC_RELAXED)) return GM_OK; /* serving: a load, no lock */
     pthread_mutex_lock(&ctx->mu);
@@ -6768,7 +7032,7 @@ GPUMEM_API gm_result gm_plan_mark(gm_context* ctx, uint64_t time) {
 GPUMEM_API gm_result gm_plan_enable(gm_context* ctx, int on) {
     gm__plan* pl;
     gm_result r = GM_OK;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
     if (on && (!pl || !pl->base || pl->recording))
@@ -6783,7 +7047,7 @@ GPUMEM_API gm_result gm_plan_step(gm_context* ctx) {
     gm__plan* pl;
     void* old = NULL;
     int build = 0;
-    if (!ctx) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
     if (pl) {
@@ -6802,7 +7066,7 @@ GPUMEM_API gm_result gm_plan_step(gm_context* ctx) {
         pl->overdue = 0;
     }
     pthread_mutex_unlock(&ctx->mu);
-    if (old) gm_free(ctx, old);
+    if (old) gm__free(ctx, old, GM__OWN_PLAN);
     if (build) {
         gm_result r = gm__plan_build(ctx);
         if (r == GM_OK) {
@@ -6817,7 +7081,7 @@ GPUMEM_API gm_result gm_plan_step(gm_context* ctx) {
 
 GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out) {
     gm__plan* pl;
-    if (!ctx || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
     if (pl) *out = pl->st;
@@ -6831,7 +7095,7 @@ static void gm__plan_destroy(gm_context* ctx) {
     if (!pl) return;
     if (pl->nlive) gm__log(ctx, GM_LOG_WARN, "shutdown: %zu planned blocks were never freed", pl->nlive);
     __atomic_store_n(&ctx->plan, NULL, __ATOMIC_RELEASE);
-    if (pl->base) gm_free(ctx, pl->base);
+    if (pl->base) gm__free(ctx, pl->base, GM__OWN_PLAN);
     gm__plan_drop_arrays(pl);
     GPUMEM_FREE(pl->rec);
     GPUMEM_FREE(pl->recmap.keys), GPUMEM_FREE(pl->recmap.vals);

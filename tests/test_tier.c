@@ -57,7 +57,7 @@ static void test_roundtrip(void) {
 
 static void test_misuse(void) {
     gm_context* ctx = tier_ctx(16 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
-    gm_tensor a, b, none = {0}, bogus = {0x7fffffff};
+    gm_tensor a, b, none = {0}, bogus = {0x7fffffff, 0};
     gm_stream s;
     void* p;
     gm_tier w;

@@ -1,0 +1,296 @@
+/* Memory the caller does not own, handles of other contexts, bad planner
+   arguments and calls after shutdown: each is refused with a clear result,
+   nothing changes, and gm_check sees ownership confusion. Bytes are
+   checked through copies, as a GPU would need. */
+#include "gm_kept.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static void put(gm_context* ctx, void* dev, size_t n, unsigned char seed) {
+    unsigned char* h = (unsigned char*)malloc(n);
+    size_t i;
+    for (i = 0; i < n; i++) h[i] = (unsigned char)(seed + i * 7);
+    T_OK(gm_memcpy_async(ctx, dev, h, n, GM_COPY_HOST_TO_DEVICE, NULL));
+    T_OK(gm_stream_synchronize(ctx, NULL));
+    free(h);
+}
+
+static int holds(gm_context* ctx, const void* dev, size_t n, unsigned char seed) {
+    unsigned char* h = (unsigned char*)malloc(n);
+    size_t i, bad = 0;
+    T_OK(gm_memcpy_async(ctx, h, dev, n, GM_COPY_DEVICE_TO_HOST, NULL));
+    T_OK(gm_stream_synchronize(ctx, NULL));
+    for (i = 0; i < n; i++) bad += h[i] != (unsigned char)(seed + i * 7);
+    free(h);
+    return bad == 0;
+}
+
+static gm_tensor tensor_with(gm_context* ctx, size_t n, unsigned char seed) {
+    gm_tensor t;
+    void* p;
+    T_OK(gm_tensor_create(ctx, &t, n));
+    T_OK(gm_tensor_acquire(ctx, t, NULL, &p));
+    put(ctx, p, n, seed);
+    T_OK(gm_tensor_release(ctx, t, NULL, 1));
+    return t;
+}
+
+static int tensor_holds(gm_context* ctx, gm_tensor t, size_t n, unsigned char seed) {
+    void* p;
+    int ok;
+    if (gm_tensor_acquire(ctx, t, NULL, &p) != GM_OK) return 0;
+    ok = holds(ctx, p, n, seed);
+    T_OK(gm_tensor_release(ctx, t, NULL, 0));
+    return ok;
+}
+
+/* gm_free and gm_record_stream took the pointer gm_tensor_acquire returned:
+   the next gm_alloc got the tensor's bytes. */
+static void test_tensor_memory_refused(void) {
+    gm_context* ctx = t_setup(t_desc());
+    gm_tensor t = tensor_with(ctx, 64 * KiB, 3);
+    gm_stream s;
+    void *p, *q;
+    size_t n = 0;
+    gm_stats before, after;
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_tensor_acquire(ctx, t, NULL, &p));
+    before = t_stats(ctx);
+    t_log_count = 0;
+    T_EQ(gm_free(ctx, p), GM_ERR_FOREIGN_POINTER);
+    T_EQ(gm_record_stream(ctx, p, s), GM_ERR_FOREIGN_POINTER);
+    T_EQ(gm_block_size(ctx, p, &n), GM_ERR_FOREIGN_POINTER);
+    T_EQ(t_log_count, 3);
+    T_CHECK(strstr(t_last_log, "tensor") != NULL);
+    after = t_stats(ctx);
+    T_EQ(after.allocation[GM_STAT_ALL].current, before.allocation[GM_STAT_ALL].current);
+    T_OK(gm_alloc(ctx, &q, 64 * KiB, NULL)); /* a block of its own */
+    T_CHECK(q != p);
+    put(ctx, q, 64 * KiB, 99);
+    T_OK(gm_tensor_release(ctx, t, NULL, 0));
+    T_CHECK(tensor_holds(ctx, t, 64 * KiB, 3));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, t));
+    T_CHECK(holds(ctx, q, 64 * KiB, 99)); /* the destroy freed the tensor's block, not q */
+    T_OK(gm_free(ctx, q));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* gm_check sees a tensor's block in the wrong hands (white box: the
+   confusion the refusal prevents, made by hand). */
+static void test_check_sees_ownership(void) {
+    gm_context* ctx = t_setup(t_desc());
+    gm_tensor t = tensor_with(ctx, 8 * KiB, 5);
+    void* p;
+    gm__block* b;
+    T_OK(gm_tensor_acquire(ctx, t, NULL, &p));
+    T_OK(gm_tensor_release(ctx, t, NULL, 0));
+    T_EQ(gm_check(ctx), 0);
+    b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)p);
+    T_CHECK(b != NULL && b->owner == GM__OWN_TENSOR);
+    if (b) {
+        int quiet = t_log_count;
+        b->owner = GM__OWN_USER; /* as if gm_free had taken it for the caller */
+        b->tag = 0;
+        T_CHECK(gm_check(ctx) > 0);
+        T_CHECK(t_log_count > quiet);
+        b->owner = GM__OWN_TENSOR;
+        b->tag = t.id;
+        T_EQ(gm_check(ctx), 0);
+        b->tag = t.id ^ 1; /* held for another tensor */
+        T_CHECK(gm_check(ctx) > 0);
+        b->tag = t.id;
+    }
+    T_OK(gm_tensor_destroy(ctx, t));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* gm_raw_free with a pointer and size matching a segment of the cache
+   unmapped memory the allocator still owned. */
+static void test_raw_is_told_apart(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void *p, *raw, *big;
+    gm_stats st;
+    gm_tensor t;
+    d.host_budget = 4 * MiB;
+    d.device_budget = 64 * MiB;
+    ctx = t_setup(d);
+    T_OK(gm_alloc(ctx, &p, 4 * KiB, NULL)); /* at the base of a 2 MiB segment */
+    put(ctx, p, 4 * KiB, 11);
+    T_EQ(gm_raw_free(ctx, p, 2 * MiB), GM_ERR_FOREIGN_POINTER);
+    T_CHECK(strstr(t_last_log, "caching allocator") != NULL);
+    T_EQ(gm_raw_free(ctx, p, 4 * KiB), GM_ERR_FOREIGN_POINTER);
+    T_CHECK(holds(ctx, p, 4 * KiB, 11)); /* still mapped, still its bytes */
+    st = t_stats(ctx);
+    T_EQ(st.segment[GM_STAT_ALL].current, 1);
+    T_OK(gm_raw_alloc(ctx, &raw, 3 * MiB));
+    put(ctx, raw, 4 * KiB, 12);
+    T_EQ(gm_free(ctx, raw), GM_ERR_FOREIGN_POINTER);
+    T_CHECK(strstr(t_last_log, "gm_raw_free") != NULL);
+    T_EQ(gm_record_stream(ctx, raw, NULL), GM_ERR_FOREIGN_POINTER);
+    T_EQ(gm_block_size(ctx, raw, &(size_t){0}), GM_ERR_FOREIGN_POINTER);
+    T_EQ(gm_raw_free(ctx, raw, 2 * MiB), GM_ERR_INVALID_ARGUMENT); /* not its size */
+    T_CHECK(holds(ctx, raw, 4 * KiB, 12));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_raw_free(ctx, raw, 3 * MiB));
+    T_EQ(gm_raw_free(ctx, raw, 3 * MiB), GM_ERR_FOREIGN_POINTER); /* twice */
+    /* a tensor's device memory and its pinned host copy are not raw either */
+    T_OK(gm_tensor_create(ctx, &t, 1 * MiB));
+    T_OK(gm_tensor_acquire(ctx, t, NULL, &big));
+    T_EQ(gm_raw_free(ctx, big, 1 * MiB), GM_ERR_FOREIGN_POINTER);
+    T_OK(gm_tensor_release(ctx, t, NULL, 1));
+    T_OK(gm_tensor_evict(ctx, t)); /* now in the pinned host pool */
+    {
+        gm__tier* tm = (gm__tier*)ctx->tier;
+        gm__tensor* x = gm__tensor_get(ctx, t);
+        T_CHECK(x && x->host_valid);
+        if (x && x->host) { /* the pool's chunk base, its whole size: pinned memory, not raw */
+            gm__seg* sg = x->host->seg;
+            T_EQ(gm_raw_free(ctx, (void*)sg->base, sg->size), GM_ERR_FOREIGN_POINTER);
+            T_EQ(gm_free(ctx, (void*)sg->base), GM_ERR_FOREIGN_POINTER);
+        }
+        (void)tm;
+    }
+    T_OK(gm_tensor_destroy(ctx, t));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_raw_alloc(ctx, &raw, 1 * MiB)); /* left for shutdown: a leak, released and logged */
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Freeing an address inside a free block that was never handed out said
+   GM_ERR_DOUBLE_FREE. A real double free, even of a block that has since
+   coalesced with its neighbours, still says so. */
+static void test_double_free_or_foreign(void) {
+    gm_context* ctx = t_setup(t_desc());
+    void *a, *b, *c;
+    T_OK(gm_alloc(ctx, &a, 4 * KiB, NULL));
+    T_OK(gm_alloc(ctx, &b, 4 * KiB, NULL));
+    T_EQ(gm_free(ctx, (char*)b + 64 * KiB), GM_ERR_FOREIGN_POINTER); /* free memory, never a block */
+    T_EQ(gm_free(ctx, (char*)a + 512), GM_ERR_FOREIGN_POINTER);      /* inside a live block */
+    T_EQ(gm_free(ctx, (char*)a + 100), GM_ERR_FOREIGN_POINTER);      /* not even 512-aligned */
+    T_OK(gm_free(ctx, a));
+    T_OK(gm_free(ctx, b)); /* coalesces with a and the rest: one free segment */
+    T_EQ(gm_free(ctx, b), GM_ERR_DOUBLE_FREE);
+    T_EQ(gm_free(ctx, a), GM_ERR_DOUBLE_FREE);
+    T_EQ(gm_record_stream(ctx, b, NULL), GM_ERR_DOUBLE_FREE);
+    T_EQ(gm_free(ctx, (char*)b + 4 * KiB), GM_ERR_FOREIGN_POINTER);
+    T_OK(gm_alloc(ctx, &c, 8 * KiB, NULL)); /* covers a and b */
+    T_CHECK(c == a);
+    T_OK(gm_free(ctx, c));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Context B accepted context A's handle: the first tensor of every
+   context had the same one. */
+static void test_handles_of_other_contexts(void) {
+    gm_context* a = t_setup(t_desc());
+    gm_context* b = t_setup(t_desc());
+    gm_tensor ta = tensor_with(a, 16 * KiB, 21), tb = tensor_with(b, 16 * KiB, 22), forged;
+    void* p;
+    gm_tier w;
+    T_EQ(ta.id, tb.id); /* the same slot and generation ... */
+    T_CHECK(ta.ctx_id != tb.ctx_id); /* ... told apart by the context */
+    T_EQ(gm_tensor_destroy(b, ta), GM_ERR_STALE_HANDLE);
+    T_CHECK(strstr(t_last_log, "another context") != NULL);
+    T_EQ(gm_tensor_acquire(b, ta, NULL, &p), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_release(b, ta, NULL, 0), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_prefetch(b, ta, NULL), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_evict(b, ta), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_set_priority(b, ta, 1, 1), GM_ERR_STALE_HANDLE);
+    T_EQ(gm_tensor_where(b, ta, &w), GM_ERR_STALE_HANDLE);
+    forged.id = tb.id, forged.ctx_id = 0; /* an id without its context */
+    T_EQ(gm_tensor_where(b, forged, &w), GM_ERR_STALE_HANDLE);
+    T_CHECK(tensor_holds(b, tb, 16 * KiB, 22));
+    T_CHECK(tensor_holds(a, ta, 16 * KiB, 21));
+    T_EQ(gm_check(a), 0);
+    T_EQ(gm_check(b), 0);
+    T_OK(gm_tensor_destroy(b, tb));
+    T_OK(gm_tensor_destroy(a, ta));
+    T_OK(gm_shutdown(b));
+    T_OK(gm_shutdown(a));
+}
+
+/* gm_plan_pack wrapped rounded sizes with a huge align and returned
+   overlapping offsets; gm_plan_peak_live overflowed at 2^63. */
+static void test_planner_arguments(void) {
+    gm_plan_req r[3];
+    uint64_t region = 77;
+    memset(r, 0, sizeof r);
+    r[0].size = 1000, r[0].start = 0, r[0].end = 2;
+    r[1].size = 1000, r[1].start = 1, r[1].end = 3;
+    T_EQ(gm_plan_pack(r, 2, (size_t)1 << 63, &region), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(region, 0);
+    T_EQ(gm_plan_pack(r, 2, ((size_t)1 << 62) + 1, &region), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_plan_pack(r, 2, ((size_t)1 << 61) + 512, &region), GM_ERR_INVALID_ARGUMENT); /* rounded, past 2^62 */
+    T_OK(gm_plan_pack(r, 1, ((size_t)1 << 61) + 512, &region));                          /* one of them fits */
+    T_EQ(region, ((uint64_t)1 << 61) + 512);
+    T_OK(gm_plan_pack(r, 2, (size_t)1 << 61, &region)); /* exactly 2^62 in all */
+    T_EQ(region, (uint64_t)1 << 62);
+    T_EQ(gm_plan_check(r, 2, region), 0);
+    T_OK(gm_plan_pack(r, 2, 4096, &region)); /* a sane align packs */
+    T_EQ(region, 8192);
+    T_EQ(gm_plan_check(r, 2, region), 0);
+    r[0].size = (uint64_t)1 << 62, r[1].size = (uint64_t)1 << 62;
+    T_EQ(gm_plan_pack(r, 2, 512, &region), GM_ERR_INVALID_ARGUMENT); /* the sum passes 2^62 */
+    r[0].size = ((uint64_t)1 << 62) + 1;
+    T_EQ(gm_plan_pack(r, 1, 1, &region), GM_ERR_INVALID_ARGUMENT);
+    r[0].size = 0;
+    T_EQ(gm_plan_pack(r, 1, 0, &region), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_plan_pack(NULL, 1, 0, &region), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_plan_pack(r, 1, 0, NULL), GM_ERR_INVALID_ARGUMENT);
+    /* the checker */
+    r[0].size = 100, r[0].start = 5, r[0].end = 5;
+    T_EQ(gm_plan_check(r, 1, 1000), -1);
+    r[0].end = 6, r[0].size = 0;
+    T_EQ(gm_plan_check(r, 1, 1000), -1);
+    T_EQ(gm_plan_check(NULL, 1, 1000), -1);
+    T_EQ(gm_plan_check(NULL, 0, 1000), 0);
+    r[0].size = 100, r[0].offset = UINT64_MAX - 10; /* past 2^64 */
+    T_EQ(gm_plan_check(r, 1, UINT64_MAX), 1);
+    /* the peak: 2^63 twice, apart in time, then together */
+    r[0].size = (uint64_t)1 << 63, r[0].start = 0, r[0].end = 1;
+    r[1].size = (uint64_t)1 << 63, r[1].start = 1, r[1].end = 2;
+    r[2].size = 5, r[2].start = 7, r[2].end = 3; /* never live */
+    T_EQ(gm_plan_peak_live(r, 3) == ((uint64_t)1 << 63), 1);
+    r[1].start = 0;
+    T_EQ(gm_plan_peak_live(r, 2) == UINT64_MAX, 1);
+    T_EQ(gm_plan_peak_live(NULL, 2), 0);
+}
+
+/* A call on a context after gm_shutdown: refused while its memory has not
+   been reused (here it is kept: gm_kept.h). */
+static void test_after_shutdown(void) {
+    gm_context* ctx = t_setup(t_desc());
+    void* p = NULL;
+    gm_stats st;
+    int kept = t_nkept;
+    T_OK(gm_shutdown(ctx));
+    T_CHECK(t_nkept > kept);
+    T_EQ(gm_alloc(ctx, &p, 100, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_CHECK(p == NULL);
+    T_EQ(gm_free(ctx, (void*)4096), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_get_stats(ctx, &st), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_check(ctx), -1);
+    T_EQ(gm_snapshot(ctx, NULL, 0), 0);
+    T_EQ(gm_shutdown(ctx), GM_ERR_INVALID_ARGUMENT);
+    T_CHECK(strcmp(gm_backend_name(ctx), "none") == 0);
+}
+
+int main(void) {
+    test_tensor_memory_refused();
+    test_check_sees_ownership();
+    test_raw_is_told_apart();
+    test_double_free_or_foreign();
+    test_handles_of_other_contexts();
+    test_planner_arguments();
+    test_after_shutdown();
+    t_kept_free();
+    return t_done();
+}
