@@ -34,15 +34,15 @@ B        := build
 all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
-$(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h
+$(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -g -I. $< -o $@ $(LDLIBS)
 
-$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h
+$(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
 
-$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h
+$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
@@ -112,7 +112,7 @@ $(B)/bench-alloc-cuda: bench/alloc.c bench/bench.h gpumem.h
 
 # Benchmarks print a table and write CSV under build/; the CUDA build falls
 # back to the sim backend where there is no device.
-$(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/gm_replay.h
+$(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
 

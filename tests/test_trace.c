@@ -5,6 +5,7 @@
 #include "gm_test.h"
 #include "../tools/gm_trace.h"
 #include "../tools/gm_replay.h"
+#include "../tools/gm_snapshot.h"
 #include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
@@ -163,6 +164,105 @@ static void test_reader(void) {
     expect_error("e10.log", "0 5 100\n1 x 100\n", NULL, "line 2: expected start end size");
     T_CHECK(!gmt_load("/nonexistent/trace.csv", NULL, 0, &t));
     gmt_free(&t);
+    /* numbers past 64 bits are refused, naming the field, never saturated */
+    expect_error("e11.log", "0 18446744073709551616 100\n", NULL, "line 1: expected start end size (field end");
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1000,99999999999999999999,0\n", hdr);
+    expect_error("e12.csv", text, NULL, "line 2: expected Thread,Time,Action,Pointer,Size,Stream (field Size");
+    snprintf(text, sizeof text, "%s0,0,allocate,0x1ffffffffffffffff,10,0\n", hdr);
+    expect_error("e13.csv", text, NULL, "line 2: bad pointer");
+    snprintf(text, sizeof text, "%s0,abc,allocate,0x1000,10,0\n", hdr);
+    expect_error("e14.csv", text, NULL, "(field Time");
+    path_of(path, sizeof path, "e15.csv"); /* 2^55 x 512 */
+    write_file(path, "id,lower,upper,size\n0,0,10,36028797018963968\n");
+    T_CHECK(!gmt_load(path, NULL, 512, &t));
+    T_CHECK(strstr(t.error, "line 2: 36028797018963968 times the scale 512 passes 2^64 (field size)") != NULL);
+    gmt_free(&t);
+    expect_error("e16.log", "0 5 100 7\n", NULL, "line 1: expected start end size (too many fields)");
+    { /* a line longer than the reader takes, and a NUL byte */
+        char* big = (char*)malloc(GMT_LINE_MAX + 64);
+        memset(big, '1', GMT_LINE_MAX + 10);
+        big[GMT_LINE_MAX + 10] = 0;
+        expect_error("e17.log", big, NULL, "line 1: longer than");
+        free(big);
+        path_of(path, sizeof path, "e18.log");
+        {
+            FILE* f = fopen(path, "wb");
+            if (f) {
+                fwrite("0 5 1\0" "0\n", 1, 8, f);
+                fclose(f);
+            }
+        }
+        T_CHECK(!gmt_load(path, NULL, 0, &t));
+        T_CHECK(strstr(t.error, "NUL") != NULL);
+        gmt_free(&t);
+    }
+    /* a lifetime through the last step of the clock: it ended at 0 (wrapped),
+       its free sorted before its allocation, and the replay read out of bounds */
+    path_of(path, sizeof path, "last.log");
+    write_file(path, "0 18446744073709551615 100\n5 18446744073709551615 50\n18446744073709551615 18446744073709551615 7\n");
+    T_CHECK(gmt_load(path, NULL, 0, &t));
+    T_EQ(t.n, 6);
+    T_EQ(t.nids, 3);
+    T_EQ(t.peak_live, 157);
+    T_EQ(t.live_at_end, 0);
+    {
+        size_t k, seen_free[3] = {0, 0, 0}, bad = 0;
+        for (k = 0; k < t.n; k++) { /* every free after its allocation */
+            if (t.ev[k].is_free) seen_free[t.ev[k].id] = 1;
+            else bad += seen_free[t.ev[k].id];
+        }
+        T_EQ(bad, 0);
+    }
+    {
+        gm_context* c = t_setup(t_desc());
+        gmr_result rr = gmr_run(c, &t, 0, 1, 0, NULL, NULL);
+        T_EQ(rr.error, GM_OK);
+        T_EQ(rr.checks_failed, 0);
+        T_OK(gm_shutdown(c));
+    }
+    gmt_free(&t);
+    /* RMM: pointer 0xffffffffffffffff is a pointer like any other (it was taken
+       for a deleted slot); deallocate is a free; HH:MM:SS:us times; a null
+       pointer of 0 bytes is skipped */
+    path_of(path, sizeof path, "rmm.csv");
+    write_file(path, "Thread,Time,Action,Pointer,Size,Stream\n"
+                     "7,08:41:44:118765,allocate,0xffffffffffffffff,100,0x7f8a38001020\n"
+                     "7,08:41:44:118766,allocate,0x0,0,0x7f8a38001020\n"
+                     "7,08:41:44.5,allocate,0x1000,8,0\n"
+                     "7,08:41:45:000001,deallocate,0xffffffffffffffff,100,0x7f8a38001020\n"
+                     "7,08:41:45:000002,free,0x0,0,0\n"
+                     "7,1634567890.123456,allocate,0xffffffffffffffff,60,0\n");
+    T_CHECK(gmt_load(path, NULL, 0, &t));
+    if (t.error[0]) printf("  %s\n", t.error);
+    T_EQ(t.n, 4);
+    T_EQ(t.nids, 3);
+    T_EQ(t.peak_live, 108);
+    T_EQ(t.live_at_end, 2);
+    T_EQ(t.ev[2].is_free, 1);
+    T_EQ(t.ev[2].id, 0);
+    T_CHECK(t.ev[0].time_us == (8 * 3600 + 41 * 60 + 44) * 1e6 + 118765);
+    T_CHECK(t.ev[1].time_us == (8 * 3600 + 41 * 60 + 44) * 1e6 + 500000);
+    T_EQ(t.ev[0].stream, 0x7f8a38001020ull);
+    gmt_free(&t);
+    snprintf(text, sizeof text, "%s0,0,allocate,0x0,10,0\n", hdr);
+    expect_error("e19.csv", text, NULL, "a null pointer with 10 bytes");
+    { /* ... also once the map has grown past its first size */
+        FILE* f;
+        int k;
+        path_of(path, sizeof path, "grow.csv");
+        f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%s1,0,allocate,0xffffffffffffffff,64,0\n", hdr);
+            for (k = 1; k <= 3000; k++) fprintf(f, "1,%d,allocate,0x%x,64,0\n", k, k * 4096);
+            fprintf(f, "1,3001,free,0xffffffffffffffff,64,0\n");
+            fclose(f);
+        }
+        T_CHECK(gmt_load(path, NULL, 0, &t));
+        if (t.error[0]) printf("  %s\n", t.error);
+        T_EQ(t.n, 3002);
+        T_EQ(t.live_at_end, 3000);
+        gmt_free(&t);
+    }
     /* packing: frees before allocations at the same time, sizes scaled */
     path_of(path, sizeof path, "pack.csv");
     write_file(path, "id,lower,upper,size\n0,0,10,4\n1,10,20,4\n2,5,15,2\n");
@@ -176,6 +276,87 @@ static void test_reader(void) {
     T_CHECK(gmt_load(path, NULL, 0, &t));
     T_EQ(t.peak_live, 160);
     gmt_free(&t);
+}
+
+static void snap_refused(const char* doc, const char* want) {
+    gms_snapshot d;
+    int ok = gms_parse(doc, strlen(doc), &d);
+    T_CHECK(!ok);
+    if (ok) gms_free(&d);
+    if (!strstr(d.error, want)) printf("  got error '%s', wanted '%s'\n", d.error, want);
+    T_CHECK(strstr(d.error, want) != NULL);
+}
+
+/* gm-viz's snapshot reader: its own documents read back exactly; every
+   malformed one is refused with the line, segment, block and field. It
+   read past its buffer in "pages", dereferenced NULL for a block without
+   "size" or "requested", and divided by zero when sizes near 2^64 wrapped
+   the total. */
+static void test_snapshot_reader(void) {
+    gm_desc dd = t_desc();
+    gm_context* ctx;
+    void *a, *b, *c;
+    char* buf;
+    size_t n, i, blocks = 0, pages = 0;
+    gms_snapshot d;
+    dd.expandable = GM_TOGGLE_ON;
+    ctx = t_setup(dd);
+    T_OK(gm_alloc(ctx, &a, 1000, NULL));
+    T_OK(gm_alloc(ctx, &b, 5 * MiB, NULL));
+    T_OK(gm_alloc(ctx, &c, 3 * MiB, NULL));
+    T_OK(gm_free(ctx, b));
+    n = gm_snapshot(ctx, NULL, 0);
+    buf = (char*)malloc(n + 1);
+    gm_snapshot(ctx, buf, n + 1);
+    T_CHECK(gms_parse(buf, n, &d));
+    if (t_sim) T_EQ(d.nsegs, 2);
+    for (i = 0; i < d.nsegs; i++) {
+        blocks += d.segs[i].nblocks;
+        pages += d.segs[i].npages;
+        T_CHECK(d.segs[i].size > 0);
+    }
+    T_CHECK(blocks >= 3);
+    if (t_sim) T_CHECK(pages >= 2);
+    gms_free(&d);
+    free(buf);
+    T_OK(gm_free(ctx, a));
+    T_OK(gm_free(ctx, c));
+    T_OK(gm_shutdown(ctx));
+    T_CHECK(gms_parse("{\"segments\":[]}", 15, &d));
+    T_EQ(d.total, 0);
+    gms_free(&d);
+    snap_refused("", "line 1: not a gm_snapshot document");
+    snap_refused("{\"segments\":[{\"size\":4096,\"pages\":[[0,4096],[4096", "line 1, segment 0, field \"pages\"");
+    snap_refused("{\"segments\":[{\"size\":4096,\"pages\":[[0,8192]],\"blocks\":[]}]}", "a page run past");
+    snap_refused("{\"segments\":[{\"size\":4096,\"blocks\":[{\"offset\":0,\"requested\":0,\"state\":\"free\"}]}]}",
+                 "segment 0, block 0, field \"size\": missing");
+    snap_refused("{\"segments\":[{\"size\":4096,\"blocks\":[{\"offset\":0,\"size\":512,\"state\":\"free\"}]}]}",
+                 "field \"requested\": missing");
+    snap_refused("{\"segments\":[{\"size\":4096,\"blocks\":[{\"offset\":0,\"size\":512,\"requested\":513,"
+                 "\"state\":\"allocated\"}]}]}", "more than the block's size");
+    snap_refused("{\"segments\":[{\"size\":4096,\"blocks\":[{\"offset\":4000,\"size\":512,\"requested\":0,"
+                 "\"state\":\"free\"}]}]}", "past the segment's end");
+    snap_refused("{\"segments\":[{\"size\":18446744073709551615,\"blocks\":[]},\n"
+                 "{\"size\":18446744073709551615,\"blocks\":[]}]}", "line 2, segment 1, field \"size\": the segments' sizes sum past 2^64");
+    snap_refused("{\"segments\":[{\"size\":18446744073709551616,\"blocks\":[]}]}", "too large for 64 bits");
+    snap_refused("{\"segments\":[{\"size\":-1,\"blocks\":[]}]}", "expected an unsigned integer");
+    snap_refused("{\"segments\":[{\"size\":1.5,\"blocks\":[]}]}", "not a fraction");
+    snap_refused("{\"segments\":[{\"size\":1,\"size\":2,\"blocks\":[]}]}", "given twice");
+    snap_refused("{\"segments\":[{\"size\":1,\"blocks\":[]}]} x", "text after the document");
+    snap_refused("{\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+                 "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],\"segments\":[]}", "nested deeper than 64");
+    snap_refused("{\"backend\":\"sim\"}", "field \"segments\": missing");
+    snap_refused("{\"segments\":[{\"size\":1,\"blocks\":[{\"offset\":0,\"size\":1,\"requested\":0,\"state\":\"gone\"}]}]}",
+                 "not free, allocated or pending");
+    { /* no terminator needed: the length bounds every read */
+        const char doc[] = "{\"segments\":[{\"size\":4096,\"blocks\":[]}]}";
+        char* copy = (char*)malloc(sizeof doc - 1);
+        memcpy(copy, doc, sizeof doc - 1);
+        T_CHECK(gms_parse(copy, sizeof doc - 1, &d));
+        gms_free(&d);
+        T_CHECK(!gms_parse(copy, sizeof doc - 3, &d)); /* cut short */
+        free(copy);
+    }
 }
 
 /* A real training trace, checked after every event. */
@@ -209,6 +390,7 @@ int main(void) {
     test_capture_roundtrip();
     test_snapshot();
     test_reader();
+    test_snapshot_reader();
     if (t_sim) test_real_trace();
     {
         char cmd[128];

@@ -13,6 +13,7 @@
 #include "../gpumem.h"
 #include "gm_trace.h"
 #include "gm_replay.h"
+#include "gm_snapshot.h"
 
 #define W 1000 /* drawing width in pixels */
 
@@ -82,22 +83,6 @@ static void chart(FILE* f, const series* s, double peak_live) {
     fprintf(f, "</svg>\n");
 }
 
-/* The segment map from a gm_snapshot document. Segments are laid end to end
-   in address order, wrapped into rows of equal bytes; blocks are coloured
-   by state, with the part of an allocated block beyond its request shaded
-   as rounding waste. */
-static uint64_t u64_after(const char* p, const char* key, const char** end) {
-    const char* q = strstr(p, key);
-    if (!q) {
-        *end = NULL;
-        return 0;
-    }
-    q += strlen(key);
-    if (*q == '"') q++;
-    *end = q;
-    return strtoull(q, NULL, 0);
-}
-
 /* One run of bytes [at, at + len) of the laid-out map, split across rows.
    Integer bytes: every piece is at least one byte, so the loop ends. */
 static void run(FILE* f, uint64_t at, uint64_t len, uint64_t per_row, int rows, int rh, const char* color) {
@@ -114,68 +99,41 @@ static void run(FILE* f, uint64_t at, uint64_t len, uint64_t per_row, int rows, 
     }
 }
 
-/* The segment map from a gm_snapshot document. Segments are laid end to end
-   in address order, wrapped into rows of equal bytes; blocks are coloured
-   by state, with the part of an allocated block beyond its request shaded
-   as rounding waste, and a dark tick where each segment ends. */
-static int segmap(FILE* f, const char* json) {
+/* The segment map of a snapshot. Segments are laid end to end in address
+   order, wrapped into rows of equal bytes; blocks are coloured by state,
+   with the part of an allocated block beyond its request shaded as
+   rounding waste, and a dark tick where each segment ends. The snapshot
+   was checked (gm_snapshot.h): every block and page lies in its segment,
+   and the sizes sum below 2^64. */
+static void segmap(FILE* f, const gms_snapshot* d) {
     const int ROWS = 60, RH = 9, GAP = 2, L = 10;
-    const char *p = json, *e;
-    uint64_t total = 0, per_row, at = 0;
-    int nseg = 0;
-    while ((p = strstr(p, "\"address\":")) != NULL) {
-        total += u64_after(p, "\"size\":", &e);
-        if (!e) return 0;
-        p = e;
-        nseg++;
-    }
-    if (nseg == 0 || total == 0) {
+    uint64_t per_row, at = 0;
+    size_t i, k;
+    if (d->nsegs == 0 || d->total == 0) {
         fprintf(f, "<p>No segments.</p>\n");
-        return 1;
+        return;
     }
-    per_row = (total + (uint64_t)ROWS - 1) / (uint64_t)ROWS;
+    per_row = d->total / (uint64_t)ROWS + (d->total % (uint64_t)ROWS != 0);
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", W, ROWS * (RH + GAP) + 4);
-    p = json;
-    while ((p = strstr(p, "\"address\":")) != NULL) {
-        const char* seg_end;
-        uint64_t seg_size = u64_after(p, "\"size\":", &e);
-        p = e;
-        seg_end = strstr(p, "]}");
-        if (!seg_end) return 0;
-        {   /* the ground: mapped memory is free unless a block says otherwise */
-            const char* pg = strstr(p, "\"pages\":[");
-            if (pg && pg < seg_end) {
-                const char* q = pg + 9;
-                run(f, at, seg_size, per_row, ROWS, RH, "#fafafa");
-                while (*q == '[' || *q == ',') {
-                    char* end;
-                    uint64_t o, l;
-                    if (*q == ',') q++;
-                    if (*q != '[') break;
-                    o = strtoull(q + 1, &end, 10);
-                    l = strtoull(end + 1, &end, 10);
-                    run(f, at + o, l, per_row, ROWS, RH, "#e0e0e0");
-                    q = end + 1;
-                }
-            } else {
-                run(f, at, seg_size, per_row, ROWS, RH, "#e0e0e0");
+    for (i = 0; i < d->nsegs; i++) {
+        const gms_seg* g = &d->segs[i];
+        if (!g->size) continue;
+        if (g->expandable || g->npages) { /* the ground: mapped memory is free unless a block says otherwise */
+            run(f, at, g->size, per_row, ROWS, RH, "#fafafa");
+            for (k = 0; k < g->npages; k++) run(f, at + g->pages[2 * k], g->pages[2 * k + 1], per_row, ROWS, RH, "#e0e0e0");
+        } else {
+            run(f, at, g->size, per_row, ROWS, RH, "#e0e0e0");
+        }
+        for (k = 0; k < g->nblocks; k++) {
+            const gms_block* b = &g->blocks[k];
+            if (b->state == 'a') {
+                run(f, at + b->offset, b->requested, per_row, ROWS, RH, "#1f77b4");
+                run(f, at + b->offset + b->requested, b->size - b->requested, per_row, ROWS, RH, "#9ecae1");
+            } else if (b->state == 'p') {
+                run(f, at + b->offset, b->size, per_row, ROWS, RH, "#ff7f0e");
             }
         }
-        while ((p = strstr(p, "{\"offset\":")) != NULL && p < seg_end) {
-            uint64_t off = u64_after(p, "\"offset\":", &e), size = u64_after(e, "\"size\":", &e);
-            uint64_t req = u64_after(e, "\"requested\":", &e);
-            const char* st = strstr(e, "\"state\":\"");
-            char state = st ? st[9] : 'f';
-            p = e;
-            if (off + size > seg_size || req > size) return 0;
-            if (state == 'a') {
-                run(f, at + off, req, per_row, ROWS, RH, "#1f77b4");
-                run(f, at + off + req, size - req, per_row, ROWS, RH, "#9ecae1");
-            } else if (state == 'p') {
-                run(f, at + off, size, per_row, ROWS, RH, "#ff7f0e");
-            }
-        }
-        at += seg_size;
+        at += g->size;
         {
             uint64_t row = (at - 1) / per_row;
             double x = L + (double)(at - per_row * row) / (double)per_row * (W - 2 * L);
@@ -183,7 +141,6 @@ static int segmap(FILE* f, const char* json) {
                 fprintf(f, "<rect x='%.2f' y='%d' width='1' height='%d' fill='#333'/>\n", x - 0.5,
                         (int)row * (RH + GAP) + 1, RH + 2);
         }
-        p = seg_end;
     }
     fprintf(f, "</svg>\n");
     fprintf(f, "<p class='legend'><span style='background:#1f77b4'></span>allocated (requested) "
@@ -191,35 +148,59 @@ static int segmap(FILE* f, const char* json) {
                "<span style='background:#e0e0e0'></span>free, mapped (cached) "
                "<span style='background:#fafafa;outline:1px solid #ccc'></span>free, unmapped (reserves nothing) "
                "<span style='background:#ff7f0e'></span>pending (other streams) "
-               "<span style='background:#333;width:2px'></span>segment end. %d segments, %llu bytes; "
+               "<span style='background:#333;width:2px'></span>segment end. %zu segments, %llu bytes; "
                "each row is %llu bytes.</p>\n",
-            nseg, (unsigned long long)total, (unsigned long long)per_row);
-    return 1;
+            d->nsegs, (unsigned long long)d->total, (unsigned long long)per_row);
+}
+
+/* Text into HTML, escaped: names and options come from the command line. */
+static void html(FILE* f, const char* s) {
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if (*s == '\'') fputs("&#39;", f);
+        else if (*s == '"') fputs("&quot;", f);
+        else fputc(*s, f);
+    }
 }
 
 static void page_head(FILE* f, const char* title) {
-    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>%s</title>\n"
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>");
+    html(f, title);
+    fprintf(f, "</title>\n"
                "<style>body{font-family:sans-serif;margin:24px;color:#222;max-width:1040px}"
                "h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse}"
                "td{padding:2px 12px 2px 0}.legend span{display:inline-block;width:12px;height:10px;"
-               "margin:0 4px 0 12px;vertical-align:middle}</style></head><body>\n<h1>%s</h1>\n",
-            title, title);
+               "margin:0 4px 0 12px;vertical-align:middle}</style></head><body>\n<h1>");
+    html(f, title);
+    fprintf(f, "</h1>\n");
 }
 
-static char* read_all(const char* path) {
+/* The whole file (any kind: a pipe too); *n its length. NULL on failure. */
+static char* read_all(const char* path, size_t* n) {
     FILE* f = fopen(path, "rb");
-    long n;
-    char* s;
+    char* s = NULL;
+    size_t cap = 0, got;
+    *n = 0;
     if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s = (char*)malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+    do {
+        if (*n == cap) {
+            char* t = (char*)realloc(s, cap = cap ? 2 * cap : 1 << 16);
+            if (!t) {
+                free(s);
+                fclose(f);
+                return NULL;
+            }
+            s = t;
+        }
+        got = fread(s + *n, 1, cap - *n, f);
+        *n += got;
+    } while (got > 0);
+    if (ferror(f)) {
         free(s);
         s = NULL;
     }
-    if (s) s[n] = 0;
     fclose(f);
     return s;
 }
@@ -247,19 +228,34 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (snap) {
-        char* json = read_all(snap);
+        size_t n;
+        char* json = read_all(snap, &n);
+        gms_snapshot d;
         if (!json) {
             fprintf(stderr, "gm-viz: cannot read %s\n", snap);
             return 1;
         }
+        if (!gms_parse(json, n, &d)) {
+            fprintf(stderr, "gm-viz: %s: %s\n", snap, d.error);
+            free(json);
+            return 1;
+        }
+        free(json);
         f = fopen(out, "w");
-        if (!f) return 1;
+        if (!f) {
+            fprintf(stderr, "gm-viz: cannot write %s\n", out);
+            gms_free(&d);
+            return 1;
+        }
         page_head(f, "gpumem snapshot");
         fprintf(f, "<h2>Segment map</h2>\n");
-        if (!segmap(f, json)) fprintf(stderr, "gm-viz: %s is not a gm_snapshot document\n", snap);
+        segmap(f, &d);
         fprintf(f, "</body></html>\n");
-        fclose(f);
-        free(json);
+        gms_free(&d);
+        if (fclose(f) != 0) {
+            fprintf(stderr, "gm-viz: cannot write %s\n", out);
+            return 1;
+        }
         return 0;
     } else {
         gmt_trace t;
@@ -269,6 +265,7 @@ int main(int argc, char** argv) {
         series s;
         gmr_peak pk;
         char* json;
+        gms_snapshot snapd;
         size_t n;
         char b1[32], b2[32];
         const char* name = strrchr(in, '/') ? strrchr(in, '/') + 1 : in;
@@ -308,26 +305,37 @@ int main(int argc, char** argv) {
         if (!json) return 1;
         gm_snapshot(ctx, json, n + 1);
         gm_shutdown(ctx);
+        if (!gms_parse(json, n, &snapd)) { /* its own snapshot: never, but say so */
+            fprintf(stderr, "gm-viz: the snapshot of the replay does not read back: %s\n", snapd.error);
+            return 1;
+        }
+        free(json);
         f = fopen(out, "w");
         if (!f) {
             fprintf(stderr, "gm-viz: cannot write %s\n", out);
             return 1;
         }
         page_head(f, name);
+        fprintf(f, "<table><tr><td>options</td><td>");
+        html(f, *conf ? conf : "defaults");
+        fprintf(f, "</td></tr></table>\n");
         fprintf(f, "<table><tr><td>events</td><td>%zu</td></tr><tr><td>peak live</td><td>%s</td></tr>"
                    "<tr><td>peak reserved</td><td>%s</td></tr><tr><td>fragmentation</td><td>%.2f%% "
                    "(1 &minus; peak live / peak reserved)</td></tr><tr><td>segments created</td><td>%lld</td></tr>"
-                   "<tr><td>options</td><td>%s</td></tr></table>\n",
+                   "</table>\n",
                 r.ops, human(b1, sizeof b1, (double)r.peak_live), human(b2, sizeof b2, (double)r.peak_reserved),
-                100 * r.frag, (long long)r.segments, *conf ? conf : "defaults");
+                100 * r.frag, (long long)r.segments);
         fprintf(f, "<h2>Memory over the trace</h2>\n");
         chart(f, &s, (double)r.peak_live);
         fprintf(f, "<h2>Segment map at peak reserved (after event %zu)</h2>\n", pk.at);
-        segmap(f, json);
+        segmap(f, &snapd);
         fprintf(f, "</body></html>\n");
-        fclose(f);
+        gms_free(&snapd);
+        if (fclose(f) != 0) {
+            fprintf(stderr, "gm-viz: cannot write %s\n", out);
+            return 1;
+        }
         printf("gm-viz: wrote %s (%zu events, fragmentation %.2f%%)\n", out, r.ops, 100 * r.frag);
-        free(json);
         free(s.live);
         free(s.reserved);
         gmt_free(&t);
