@@ -28,10 +28,14 @@ CUDA_INC := -isystem $(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
+# Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
+# suite replays their kept inputs on every build (sim only).
+FUZZ     := options setup rmm lifetimes packing snapshot
+SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ))
 B        := build
 
-.PHONY: all tools test test-sim test-cuda asan tsan demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
-all: $(addprefix $(B)/sim/,$(TESTS)) $(B)/demo tools
+.PHONY: all tools test test-sim test-cuda asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
+all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
 $(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
@@ -41,6 +45,11 @@ $(B)/gm-%: tools/gm-%.c gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_sna
 $(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
+
+FUZZ_DEPS := tests/fuzz/fuzz.h tests/fuzz/fuzz_trace.h gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
+$(B)/sim/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -D_GNU_SOURCE $(CFLAGS) -DGPUMEM_PLAN_SEARCH=1000000 -I. $< -o $@ $(LDLIBS)
 
 $(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)
@@ -70,11 +79,32 @@ $(B)/sim/test_torch $(B)/cuda/test_torch: $(B)/libgm_torch.so
 
 # The suite: every test on the sim backend, the C++ build, and the CUDA
 # build of every test (which skips itself where there is no device).
-test: $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS)) tools
-	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(TESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
+test: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS)) tools
+	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
 
-test-sim: $(addprefix $(B)/sim/,$(TESTS))
+test-sim: $(addprefix $(B)/sim/,$(SIMTESTS))
 	@sh tools/run-tests.sh $^
+
+# libFuzzer (clang -fsanitize=fuzzer, Debian: clang and libclang-rt-dev):
+# each target for FUZZ_TIME seconds on a corpus under $(B)/fuzz, seeded
+# from tests/fuzz/seed and tests/fuzz/regress. A crash stops it and leaves
+# the input in $(B)/fuzz/crash-*: once fixed, keep it under
+# tests/fuzz/regress/TARGET, where the suite replays it.
+FUZZ_TIME ?= 60
+FUZZ_CC   ?= clang
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c99 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		-DGM_FUZZ_LIBFUZZER -DGPUMEM_PLAN_SEARCH=1000000 -I. $< -o $@ $(LDLIBS)
+
+fuzz:
+	@if ! printf 'int LLVMFuzzerTestOneInput(const char* d, unsigned long n) { return (int)(d && n) - 1; }\n' | \
+		$(FUZZ_CC) -x c -fsanitize=fuzzer - -o /dev/null >/dev/null 2>&1; then \
+		echo "note: $(FUZZ_CC) cannot build libFuzzer targets (Debian: apt-get install clang libclang-rt-dev): fuzzing skipped"; \
+	else \
+		$(MAKE) --no-print-directory $(addprefix $(B)/fuzz/fuzz_,$(FUZZ)) && \
+		sh tools/run-fuzz.sh $(B)/fuzz $(FUZZ_TIME) $(FUZZ); \
+	fi
 
 test-cuda: $(addprefix $(B)/cuda/,$(TESTS))
 	@sh tools/run-tests.sh $^

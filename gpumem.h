@@ -6420,7 +6420,7 @@ GPUMEM_API gm_result gm_plan_pack(gm_plan_req* reqs, size_t n, size_t align, uin
     }
     /* perturbed orders, while a packing costs little */
     work = pk.scan ? n * n : 64 * pk.pairs;
-    rounds = n < 2 ? 0 : work > GM__PLAN_WORK ? 0 : GM__PLAN_WORK / work;
+    rounds = n < 2 || !work ? 0 : work > GM__PLAN_WORK ? 0 : GM__PLAN_WORK / work; /* no overlaps: greedy is exact */
     if (rounds > GM__PLAN_ROUNDS) rounds = GM__PLAN_ROUNDS;
     for (key = 0; key < rounds && best > lb; key++) {
         uint64_t top;

@@ -262,6 +262,15 @@ static void test_planner_arguments(void) {
     r[1].start = 0;
     T_EQ(gm_plan_peak_live(r, 2) == UINT64_MAX, 1);
     T_EQ(gm_plan_peak_live(NULL, 2), 0);
+    /* requests that never overlap: the perturbation's work estimate was 0,
+       and gm_plan_pack divided by it (SIGFPE; found by fuzz_lifetimes) */
+    memset(r, 0, sizeof r);
+    r[0].size = 1000, r[0].start = 0, r[0].end = 3;
+    r[1].size = 4096, r[1].start = 3, r[1].end = 10;
+    T_OK(gm_plan_pack(r, 2, 0, &region));
+    T_EQ(region, 4096);
+    T_EQ(r[0].offset, 0);
+    T_EQ(r[1].offset, 0);
 }
 
 /* A call on a context after gm_shutdown: refused while its memory has not

@@ -83,76 +83,6 @@ static void chart(FILE* f, const series* s, double peak_live) {
     fprintf(f, "</svg>\n");
 }
 
-/* One run of bytes [at, at + len) of the laid-out map, split across rows.
-   Integer bytes: every piece is at least one byte, so the loop ends. */
-static void run(FILE* f, uint64_t at, uint64_t len, uint64_t per_row, int rows, int rh, const char* color) {
-    const int L = 10, GAP = 2;
-    while (len > 0) {
-        uint64_t row = at / per_row, in_row = per_row * (row + 1) - at, piece = len < in_row ? len : in_row;
-        double x = L + (double)(at - per_row * row) / (double)per_row * (W - 2 * L);
-        double w = (double)piece / (double)per_row * (W - 2 * L);
-        if (row >= (uint64_t)rows) return;
-        fprintf(f, "<rect x='%.2f' y='%d' width='%.2f' height='%d' fill='%s'/>\n", x, (int)row * (rh + GAP) + 2,
-                w < 0.2 ? 0.2 : w, rh, color);
-        at += piece;
-        len -= piece;
-    }
-}
-
-/* The segment map of a snapshot. Segments are laid end to end in address
-   order, wrapped into rows of equal bytes; blocks are coloured by state,
-   with the part of an allocated block beyond its request shaded as
-   rounding waste, and a dark tick where each segment ends. The snapshot
-   was checked (gm_snapshot.h): every block and page lies in its segment,
-   and the sizes sum below 2^64. */
-static void segmap(FILE* f, const gms_snapshot* d) {
-    const int ROWS = 60, RH = 9, GAP = 2, L = 10;
-    uint64_t per_row, at = 0;
-    size_t i, k;
-    if (d->nsegs == 0 || d->total == 0) {
-        fprintf(f, "<p>No segments.</p>\n");
-        return;
-    }
-    per_row = d->total / (uint64_t)ROWS + (d->total % (uint64_t)ROWS != 0);
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", W, ROWS * (RH + GAP) + 4);
-    for (i = 0; i < d->nsegs; i++) {
-        const gms_seg* g = &d->segs[i];
-        if (!g->size) continue;
-        if (g->expandable || g->npages) { /* the ground: mapped memory is free unless a block says otherwise */
-            run(f, at, g->size, per_row, ROWS, RH, "#fafafa");
-            for (k = 0; k < g->npages; k++) run(f, at + g->pages[2 * k], g->pages[2 * k + 1], per_row, ROWS, RH, "#e0e0e0");
-        } else {
-            run(f, at, g->size, per_row, ROWS, RH, "#e0e0e0");
-        }
-        for (k = 0; k < g->nblocks; k++) {
-            const gms_block* b = &g->blocks[k];
-            if (b->state == 'a') {
-                run(f, at + b->offset, b->requested, per_row, ROWS, RH, "#1f77b4");
-                run(f, at + b->offset + b->requested, b->size - b->requested, per_row, ROWS, RH, "#9ecae1");
-            } else if (b->state == 'p') {
-                run(f, at + b->offset, b->size, per_row, ROWS, RH, "#ff7f0e");
-            }
-        }
-        at += g->size;
-        {
-            uint64_t row = (at - 1) / per_row;
-            double x = L + (double)(at - per_row * row) / (double)per_row * (W - 2 * L);
-            if (row < (uint64_t)ROWS)
-                fprintf(f, "<rect x='%.2f' y='%d' width='1' height='%d' fill='#333'/>\n", x - 0.5,
-                        (int)row * (RH + GAP) + 1, RH + 2);
-        }
-    }
-    fprintf(f, "</svg>\n");
-    fprintf(f, "<p class='legend'><span style='background:#1f77b4'></span>allocated (requested) "
-               "<span style='background:#9ecae1'></span>allocated beyond the request (rounding) "
-               "<span style='background:#e0e0e0'></span>free, mapped (cached) "
-               "<span style='background:#fafafa;outline:1px solid #ccc'></span>free, unmapped (reserves nothing) "
-               "<span style='background:#ff7f0e'></span>pending (other streams) "
-               "<span style='background:#333;width:2px'></span>segment end. %zu segments, %llu bytes; "
-               "each row is %llu bytes.</p>\n",
-            d->nsegs, (unsigned long long)d->total, (unsigned long long)per_row);
-}
-
 /* Text into HTML, escaped: names and options come from the command line. */
 static void html(FILE* f, const char* s) {
     for (; *s; s++) {
@@ -249,7 +179,7 @@ int main(int argc, char** argv) {
         }
         page_head(f, "gpumem snapshot");
         fprintf(f, "<h2>Segment map</h2>\n");
-        segmap(f, &d);
+        gms_draw(f, &d, W);
         fprintf(f, "</body></html>\n");
         gms_free(&d);
         if (fclose(f) != 0) {
@@ -328,7 +258,7 @@ int main(int argc, char** argv) {
         fprintf(f, "<h2>Memory over the trace</h2>\n");
         chart(f, &s, (double)r.peak_live);
         fprintf(f, "<h2>Segment map at peak reserved (after event %zu)</h2>\n", pk.at);
-        segmap(f, &snapd);
+        gms_draw(f, &snapd, W);
         fprintf(f, "</body></html>\n");
         gms_free(&snapd);
         if (fclose(f) != 0) {

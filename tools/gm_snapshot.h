@@ -11,7 +11,7 @@
    integer, a block or page outside its segment, a request larger than its
    block, segments whose sizes sum past 2^64, nesting deeper than 64) is
    refused with the line, the segment, the block and the field; nothing is
-   read past the end of the text. */
+   read past the end of the text. gms_draw draws the segment map. */
 #ifndef GM_SNAPSHOT_H
 #define GM_SNAPSHOT_H
 #include <stdint.h>
@@ -349,5 +349,75 @@ static inline int gms_parse(const char* text, size_t len, gms_snapshot* d) {
 out:
     if (!ok) gms_free(d);
     return ok;
+}
+/* One run of bytes [at, at + len) of the laid-out map, split across rows.
+   Integer bytes: every piece is at least one byte (in_row >= 1, and no
+   product can wrap), so the loop ends. */
+static inline void gms__run(FILE* f, int W, uint64_t at, uint64_t len, uint64_t per_row, int rows, int rh, const char* color) {
+    const int L = 10, GAP = 2;
+    while (len > 0) {
+        uint64_t row = at / per_row, in_row = per_row - at % per_row, piece = len < in_row ? len : in_row;
+        double x = L + (double)(at % per_row) / (double)per_row * (W - 2 * L);
+        double w = (double)piece / (double)per_row * (W - 2 * L);
+        if (row >= (uint64_t)rows) return;
+        fprintf(f, "<rect x='%.2f' y='%d' width='%.2f' height='%d' fill='%s'/>\n", x, (int)row * (rh + GAP) + 2,
+                w < 0.2 ? 0.2 : w, rh, color);
+        at += piece;
+        len -= piece;
+    }
+}
+
+/* The segment map of a snapshot as inline SVG, W pixels wide. Segments
+   are laid end to end in address order, wrapped into rows of equal bytes;
+   blocks are coloured by state, with the part of an allocated block beyond
+   its request shaded as rounding waste, and a dark tick where each segment
+   ends. gms_parse checked the snapshot: every block and page lies in its
+   segment, and the sizes sum below 2^64, so no position wraps. */
+static inline void gms_draw(FILE* f, const gms_snapshot* d, int W) {
+    const int ROWS = 60, RH = 9, GAP = 2, L = 10;
+    uint64_t per_row, at = 0;
+    size_t i, k;
+    if (d->nsegs == 0 || d->total == 0) {
+        fprintf(f, "<p>No segments.</p>\n");
+        return;
+    }
+    per_row = d->total / (uint64_t)ROWS + (d->total % (uint64_t)ROWS != 0);
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d'>\n", W, ROWS * (RH + GAP) + 4);
+    for (i = 0; i < d->nsegs; i++) {
+        const gms_seg* g = &d->segs[i];
+        if (!g->size) continue;
+        if (g->expandable || g->npages) { /* the ground: mapped memory is free unless a block says otherwise */
+            gms__run(f, W, at, g->size, per_row, ROWS, RH, "#fafafa");
+            for (k = 0; k < g->npages; k++) gms__run(f, W, at + g->pages[2 * k], g->pages[2 * k + 1], per_row, ROWS, RH, "#e0e0e0");
+        } else {
+            gms__run(f, W, at, g->size, per_row, ROWS, RH, "#e0e0e0");
+        }
+        for (k = 0; k < g->nblocks; k++) {
+            const gms_block* b = &g->blocks[k];
+            if (b->state == 'a') {
+                gms__run(f, W, at + b->offset, b->requested, per_row, ROWS, RH, "#1f77b4");
+                gms__run(f, W, at + b->offset + b->requested, b->size - b->requested, per_row, ROWS, RH, "#9ecae1");
+            } else if (b->state == 'p') {
+                gms__run(f, W, at + b->offset, b->size, per_row, ROWS, RH, "#ff7f0e");
+            }
+        }
+        at += g->size;
+        {
+            uint64_t row = (at - 1) / per_row;
+            double x = L + (double)(at - per_row * row) / (double)per_row * (W - 2 * L);
+            if (row < (uint64_t)ROWS)
+                fprintf(f, "<rect x='%.2f' y='%d' width='1' height='%d' fill='#333'/>\n", x - 0.5,
+                        (int)row * (RH + GAP) + 1, RH + 2);
+        }
+    }
+    fprintf(f, "</svg>\n");
+    fprintf(f, "<p class='legend'><span style='background:#1f77b4'></span>allocated (requested) "
+               "<span style='background:#9ecae1'></span>allocated beyond the request (rounding) "
+               "<span style='background:#e0e0e0'></span>free, mapped (cached) "
+               "<span style='background:#fafafa;outline:1px solid #ccc'></span>free, unmapped (reserves nothing) "
+               "<span style='background:#ff7f0e'></span>pending (other streams) "
+               "<span style='background:#333;width:2px'></span>segment end. %zu segments, %llu bytes; "
+               "each row is %llu bytes.</p>\n",
+            d->nsegs, (unsigned long long)d->total, (unsigned long long)per_row);
 }
 #endif
