@@ -118,14 +118,15 @@ static inline void plot_band(const plot* p, const double* xs, const double* lo, 
     fputs("\"/>\n", p->f);
 }
 
-/* A horizontal reference line across the panel, labelled at its left end. */
+/* A horizontal reference line across the panel, labelled above its right
+   end (a failure's cross and its label sit to the left, where runs stop). */
 static inline void plot_hline(const plot* p, double y, const char* color, const char* label) {
     if (!p->f) return;
     fprintf(p->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"6,3\"/>\n", p->x,
             plot_py(p, y), p->x + p->w, plot_py(p, y), color);
     if (label)
-        fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", p->x + 4, plot_py(p, y) - 3, color,
-                label);
+        fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\" text-anchor=\"end\">%s</text>\n", p->x + p->w - 4,
+                plot_py(p, y) - 3, color, label);
 }
 
 /* A cross at (x, y) with a label beside it: where a run failed. */
@@ -135,9 +136,9 @@ static inline void plot_cross(const plot* p, double x, double y, const char* col
     fprintf(p->f,
             "<path d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
             px - 5, py - 5, px + 5, py + 5, px - 5, py + 5, px + 5, py - 5, color);
-    if (label)
+    if (label) /* beside the cross, on the side with room, below it in the panel's upper half */
         fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\"%s>%s</text>\n", px > p->x + p->w / 2 ? px - 8 : px + 8,
-                py - 6, color, px > p->x + p->w / 2 ? " text-anchor=\"end\"" : "", label);
+                py < p->y + p->h / 2 ? py + 18 : py - 6, color, px > p->x + p->w / 2 ? " text-anchor=\"end\"" : "", label);
 }
 
 /* A dot at (x, y). */
