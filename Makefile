@@ -20,7 +20,11 @@ else
 URING    :=
 URING_LIB :=
 ifeq ($(MAKELEVEL),0)
+ifeq ($(NO_URING),1)
+$(info note: NO_URING=1: the disk tier will use pread/pwrite)
+else
 $(info note: liburing not found: the disk tier will use pread/pwrite (for io_uring: apt-get install liburing-dev))
+endif
 endif
 endif
 LDLIBS   := -pthread -lm $(URING_LIB)

@@ -193,7 +193,7 @@
       disk_io:uring|pread disk_io                      uring if built, else pread
       disk_depth:32       disk_depth (1..1024)         32
       disk_chunk:1M       disk_chunk (4K..64M)         1 MiB
-      sim_capacity:16G    sim.capacity                 16 GiB
+      sim_capacity:16G    sim.capacity (up to 4T)      16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
 
     expandable:on gives each pool and stream one large reserved address
@@ -204,7 +204,8 @@
     follows the memory live. Needs a backend with virtual memory (sim today;
     elsewhere it warns and keeps classic segments).
     A budget makes a large card behave like a small one: the allocator never
-    reserves more than the budget from the device. caching:off sends every
+    reserves more than the budget from the device (a budget above the
+    device's memory is the device's memory). caching:off sends every
     request straight to the backend (for memory checkers). gc_threshold:F
     gives back the cached segments unused the longest before growing past
     F * budget.
@@ -227,6 +228,21 @@
     allocated and freed, each for all pools, the small and the large pool.
     gm_summary() prints them as a table. gm_check() walks every structure
     and returns the number of broken invariants (0 when healthy).
+
+    OWNERSHIP AND MISUSE
+    ====================
+    Every pointer has one owner, and each call takes only its own, on every
+    backend: gm_free, gm_record_stream and gm_block_size take gm_alloc's
+    blocks; gm_raw_free only gm_raw_alloc's memory, with its size; the
+    device memory gm_tensor_acquire returns belongs to the tiered manager,
+    the plan's region and the pinned host tier to gpumem. Anything else is
+    GM_ERR_FOREIGN_POINTER with a log line saying what the pointer is; a
+    pointer freed already is GM_ERR_DOUBLE_FREE. A tensor handle carries
+    its context's serial number (copy the whole gm_tensor), and every other
+    context refuses it. A call on a context after gm_shutdown reads freed
+    memory: while it has not been reused the call is refused, and with
+    GPUMEM_DEBUG it asserts with a message; AddressSanitizer catches every
+    case. Misuse never changes anything.
 
     THREAD SAFETY
     =============
@@ -529,8 +545,10 @@ GPUMEM_API void gm_log_stderr(gm_log_level level, const char* message, void* use
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream);
 /* Returns the block to the cache, on the stream it was allocated on.
    gm_free(ctx, NULL) is GM_OK. A pointer freed twice gives
-   GM_ERR_DOUBLE_FREE, a pointer not from gm_alloc GM_ERR_FOREIGN_POINTER;
-   the allocator is unchanged by either. */
+   GM_ERR_DOUBLE_FREE, a pointer not from gm_alloc GM_ERR_FOREIGN_POINTER
+   (an address inside a block or never handed out, raw memory, a tensor's
+   device memory, the plan's region); the allocator is unchanged by
+   either. */
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr);
 /* Marks that `stream` also uses the block at ptr: gm_free will not let the
    block be reused until the work queued on `stream` before the free ends. */
@@ -568,7 +586,10 @@ GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src
 /* Runs fn(user) on the stream, in order with its other work. */
 GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream stream, gm_host_fn fn, void* user);
 /* Device memory straight from the backend, bypassing the cache and the
-   budget: the baseline the demo and benchmarks compare against. */
+   budget: the baseline the demo and benchmarks compare against.
+   gm_raw_free takes only what gm_raw_alloc gave (GM_ERR_FOREIGN_POINTER
+   otherwise, a block of the cache included), with the size it was given
+   (GM_ERR_INVALID_ARGUMENT otherwise); gm_shutdown frees what is left. */
 GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size);
 GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
 /* The tiered manager. A tensor lives on the device while used, can be
@@ -769,6 +790,7 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #define GM__MIB ((size_t)1 << 20)
 #define GM__GIB ((size_t)1 << 30)
 #define GM__PATH 4096
+#define GM__SIM_MAX ((size_t)1 << 42) /* the largest simulated device */
 
 static uint64_t gm__now_ns(void) {
     struct timespec ts;
@@ -1193,6 +1215,10 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     if (d.disk_dir && !*d.disk_dir) d.disk_dir = NULL;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
+    if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
+        if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.sim.capacity above 4 TiB: 4 TiB", d.log_user);
+        d.sim.capacity = GM__SIM_MAX;
+    }
     if (d.gc_threshold < 0 || d.gc_threshold >= 1 || d.gc_threshold != d.gc_threshold) {
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.gc_threshold outside (0,1): off", d.log_user);
         d.gc_threshold = 0;
@@ -3814,6 +3840,11 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     else if (ctx->desc.device_budget_fraction > 0)
         ctx->budget = (size_t)(ctx->desc.device_budget_fraction * (double)ctx->total);
     else ctx->budget = ctx->total;
+    if (ctx->budget > ctx->total) { /* nothing past the device can be reserved; expandable ranges are sized by it */
+        gm__log(ctx, GM_LOG_INFO, "setup: a budget of %zu bytes is more than the device's %zu: the device's", ctx->budget,
+                ctx->total);
+        ctx->budget = ctx->total;
+    }
     ctx->desc.device_budget = ctx->budget;
     {   /* contended calls are short: spin a little before sleeping */
         pthread_mutexattr_t ma;

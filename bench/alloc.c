@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
         return 0;
     }
     jemalloc_column(argv[0], jem);
+    if (!bench_jemalloc())
+        printf("jemalloc is not installed (Debian: apt-get install libjemalloc2): no jemalloc column, and no gm / jem "
+               "ratio\n");
     memset(&d, 0, sizeof d);
     d.log_fn = gm_log_stderr;
     if (gm_setup(&ctx, &d) != GM_OK) {
@@ -183,10 +186,15 @@ int main(int argc, char** argv) {
 #ifdef GPUMEM_CUDA
         if (have_async) a = measure(pair_cuda_async, s, n, 10000);
 #endif
-        printf("%10zu %9.1f %9.1f %10.1f %10.1f %8.1f %9.1f %9.1f %8.2fx\n", n, g, g2, miss, r, m, jem[i], a,
-               jem[i] > 0 ? g / jem[i] : 0);
-        if (csv)
-            fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", gm_backend_name(ctx), n, g, g2, miss, r, m, jem[i], a);
+        {
+            char c1[32], c2[32], c3[32], f1[32], f2[32];
+            printf("%10zu %9.1f %9.1f %10.1f %10.1f %8.1f %9s %9s %9s\n", n, g, g2, miss, r, m,
+                   bench_cell(c1, sizeof c1, "%.1f", jem[i]), bench_cell(c2, sizeof c2, "%.1f", a),
+                   bench_cell(c3, sizeof c3, "%.2fx", jem[i] > 0 ? g / jem[i] : -1));
+            if (csv)
+                fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%s,%s\n", gm_backend_name(ctx), n, g, g2, miss, r, m,
+                        bench_field(f1, sizeof f1, "%.1f", jem[i]), bench_field(f2, sizeof f2, "%.1f", a));
+        }
     }
     if (csv) {
         fclose(csv);

@@ -45,4 +45,18 @@ static inline void bench_read_numbers(const char* cmd, double* out, size_t n) {
         if (fscanf(p, "%lf", &out[i]) != 1) break;
     pclose(p);
 }
+
+/* A table cell: v in fmt, or "-" where its reference is missing (v < 0). */
+static inline const char* bench_cell(char* buf, size_t cap, const char* fmt, double v) {
+    if (v < 0) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
+/* A CSV field: v in fmt, or empty where it is missing (v < 0). */
+static inline const char* bench_field(char* buf, size_t cap, const char* fmt, double v) {
+    if (v < 0) buf[0] = 0;
+    else snprintf(buf, cap, fmt, v);
+    return buf;
+}
 #endif

@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
     if (jp) host_column(argv[0], traces, n, jp, jem);
     else {
         for (i = 0; i < n; i++) jem[i] = -1;
-        printf("jemalloc is not installed (Debian: libjemalloc2): its column is empty\n");
+        printf("jemalloc is not installed (Debian: apt-get install libjemalloc2): no jemalloc column, and no cl/jem "
+               "ratio\n");
     }
     csv = fopen(csv_path, "w");
     if (csv)
@@ -205,12 +206,16 @@ int main(int argc, char** argv) {
         }
         if (pf >= 0) snprintf(pfs, sizeof pfs, "%.2f%%", 100 * pf);
         snprintf(lv, sizeof lv, "%.2f GB", (double)t.peak_live / 1e9);
-        printf("%-32.32s %6zu %10s | %8s %7.2f%% %7.2f%% | %7s %7s | %7.0f %7.0f %7.0f %7.0f | %6.2fx\n", name, t.n, lv, pfs,
-               100 * c.frag, 100 * e.frag, ocs, oes, nc, ne, glibc[i], jem[i], jem[i] > 0 ? nc / jem[i] : 0);
-        if (csv)
-            fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.6f,%.4f,%.4f,%lld,%lld,%.1f,%.1f,%.1f,%.1f\n", name, t.n,
-                    (unsigned long long)t.peak_live, pf, c.frag, e.frag, oc, oe, (long long)c.segments,
-                    (long long)e.segments, nc, ne, glibc[i], jem[i]);
+        {
+            char c1[32], c2[32], f1[32];
+            printf("%-32.32s %6zu %10s | %8s %7.2f%% %7.2f%% | %7s %7s | %7.0f %7.0f %7.0f %7s | %7s\n", name, t.n, lv,
+                   pfs, 100 * c.frag, 100 * e.frag, ocs, oes, nc, ne, glibc[i], bench_cell(c1, sizeof c1, "%.0f", jem[i]),
+                   bench_cell(c2, sizeof c2, "%.2fx", jem[i] > 0 ? nc / jem[i] : -1));
+            if (csv)
+                fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.6f,%.4f,%.4f,%lld,%lld,%.1f,%.1f,%.1f,%s\n", name, t.n,
+                        (unsigned long long)t.peak_live, pf, c.frag, e.frag, oc, oe, (long long)c.segments,
+                        (long long)e.segments, nc, ne, glibc[i], bench_field(f1, sizeof f1, "%.1f", jem[i]));
+        }
         gmt_free(&t);
         free(traces[i]);
     }

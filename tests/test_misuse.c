@@ -292,6 +292,32 @@ static void test_after_shutdown(void) {
     T_CHECK(strcmp(gm_backend_name(ctx), "none") == 0);
 }
 
+/* A budget far above the device sized the expandable segments' page
+   tables by it (gigabytes of host memory; found by fuzz_setup): it is the
+   device's memory now, and a simulated device is at most 4 TiB. */
+static void test_budget_above_device(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void* p;
+    d.conf = "budget:222222215M,expandable:on";
+    d.sim.capacity = 64 * MiB;
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).device_budget, t_sim ? 64 * MiB : gm_query_desc(ctx).device_budget);
+    T_OK(gm_alloc(ctx, &p, 4 * MiB, NULL));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_shutdown(ctx));
+    if (t_sim) {
+        d = t_desc();
+        d.conf = "sim_capacity:1024T";
+        t_log_count = 0;
+        ctx = t_setup(d);
+        T_EQ(gm_query_desc(ctx).sim.capacity, (size_t)1 << 42);
+        T_CHECK(t_log_count == 1 && strstr(t_last_log, "4 TiB") != NULL);
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 int main(void) {
     test_tensor_memory_refused();
     test_check_sees_ownership();
@@ -299,6 +325,7 @@ int main(void) {
     test_double_free_or_foreign();
     test_handles_of_other_contexts();
     test_planner_arguments();
+    test_budget_above_device();
     test_after_shutdown();
     t_kept_free();
     return t_done();
