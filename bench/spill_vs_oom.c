@@ -9,7 +9,7 @@
    point marked.
 
    On CUDA (built with GPUMEM_CUDA, a device present) it runs there, else on
-   the sim backend with a 24 GB/s link model.
+   the sim backend with the demo's link and compute models.
 
    usage: spill_vs_oom [CSV [SVG [SPILL_DIR]]]
           (default build/bench-spill-vs-oom.csv, .svg, /var/tmp) */

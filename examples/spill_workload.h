@@ -97,10 +97,9 @@ static size_t wl_bytes(const wl_params* p, int kind) {
 /* The demo's model (bench/spill_vs_oom runs the same): 12 layers of 8 MiB
    weights, 16 MiB of Adam state, 48 MiB activations; a 256 MiB host tier,
    the spill file in /var/tmp; on sim a 12 GB/s link (what PCIe 3.0 x16
-   achieves, and about what this kind of host moves with memmove, so the
-   model holds) and kernels that process 20 GB/s (a step's compute then
-   takes about as long as moving 1.6 times its bytes over the link). The
-   budget and the number of steps are the caller's. */
+   achieves; the sim's memmove may fall short of it, and link_rate says by
+   how much) and kernels that process 20 GB/s. The budget and the number
+   of steps are the caller's. */
 static wl_params wl_defaults(void) {
     wl_params p;
     memset(&p, 0, sizeof p);
