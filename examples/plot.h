@@ -136,9 +136,9 @@ static inline void plot_cross(const plot* p, double x, double y, const char* col
     fprintf(p->f,
             "<path d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1fL%.1f %.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
             px - 5, py - 5, px + 5, py + 5, px - 5, py + 5, px + 5, py - 5, color);
-    if (label) /* beside the cross, on the side with room, below it in the panel's upper half */
+    if (label) /* beside the cross, on the side with room, below it unless it is low in the panel */
         fprintf(p->f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\"%s>%s</text>\n", px > p->x + p->w / 2 ? px - 8 : px + 8,
-                py < p->y + p->h / 2 ? py + 18 : py - 6, color, px > p->x + p->w / 2 ? " text-anchor=\"end\"" : "", label);
+                py < p->y + 0.6 * p->h ? py + 18 : py - 6, color, px > p->x + p->w / 2 ? " text-anchor=\"end\"" : "", label);
 }
 
 /* A dot at (x, y). */
