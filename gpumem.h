@@ -342,7 +342,8 @@ typedef enum gm_copy_kind {
     GM_COPY_HOST_TO_DEVICE = 0,
     GM_COPY_DEVICE_TO_HOST,
     GM_COPY_DEVICE_TO_DEVICE,
-    GM_COPY_HOST_TO_HOST
+    GM_COPY_HOST_TO_HOST,
+    GM_COPY_DEFAULT /* inferred from the pointers (cudaMemcpyDefault): for unified memory */
 } gm_copy_kind;
 
 typedef enum gm_sim_fault {
@@ -773,6 +774,7 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #endif
 
 #ifdef GPUMEM_CUDA
+#include <cuda.h> /* the driver's types, for its entry points (no libcuda link) */
 #include <cuda_runtime_api.h>
 #endif
 
@@ -943,6 +945,7 @@ struct gm_context {
     void* tier;
     void* plan;             /* planned mode (gm__plan), or NULL */
     void* disk;             /* the spill file (gm__disk), or NULL */
+    gm_result dev_err;      /* the ladder: a device error that is not out-of-memory (it stops) */
     char disk_dir[GM__PATH]; /* desc.disk_dir when it came from an option */
     FILE* trace;            /* capture: RMM's replay CSV */
     uint64_t t0;            /* setup time, for the trace's clock */
@@ -1725,6 +1728,12 @@ static gm_result gm__sim_managed_prefetch(gm_context* c, void* p, size_t n, int 
     return gm__sim_enqueue(c, s, &op);
 }
 
+/* Whether p is the base of a device or managed mapping (with sim->mu). */
+static int gm__sim_on_device(const gm__sim* sim, const void* p) {
+    uintptr_t have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
+    return have && (have & 4095) != 2; /* kind + 1: 1 device, 3 managed; 2 is pinned host */
+}
+
 static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind kind,
                               gm_stream st) {
     gm__sim* sim = GM__SIM(ctx);
@@ -1739,6 +1748,15 @@ static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_
     op.dst = dst;
     op.src = src;
     op.n = n;
+    if (kind == GM_COPY_DEFAULT) { /* device or managed mappings (by their base) against host memory */
+        int d, sr;
+        pthread_mutex_lock(&sim->mu);
+        d = gm__sim_on_device(sim, dst);
+        sr = gm__sim_on_device(sim, src);
+        pthread_mutex_unlock(&sim->mu);
+        kind = d && sr ? GM_COPY_DEVICE_TO_DEVICE : d ? GM_COPY_HOST_TO_DEVICE : sr ? GM_COPY_DEVICE_TO_HOST
+             : GM_COPY_HOST_TO_HOST;
+    }
     op.link = kind == GM_COPY_HOST_TO_DEVICE ? GM__LINK_H2D
             : kind == GM_COPY_DEVICE_TO_HOST ? GM__LINK_D2H
             : kind == GM_COPY_DEVICE_TO_DEVICE ? GM__LINK_D2D : GM__LINK_NONE;
@@ -1925,10 +1943,43 @@ static const gm__backend gm__sim_backend = {
    The CUDA runtime backend. Every call's code goes through gm__cu(), which
    logs the CUDA name and string and maps it to a gm_result; sticky errors
    are not cleared (nothing can be done about them here). Each entry point
-   first makes the context's device current. */
+   first makes the context's device current, and gives the caller's device
+   back afterwards only where that device already has a context: since
+   CUDA 12 cudaSetDevice creates one (about 0.5 GiB), and a thread that
+   never chose a device reports device 0 (PyTorch's device guard does the
+   same). The driver's calls (primary-context state, virtual memory) come
+   through cudaGetDriverEntryPointByVersion, so a binary starts without
+   libcuda and links only the runtime. Host functions run on a stream
+   (gm_launch_host) must make no CUDA call, and so no gpumem call. */
 #ifdef GPUMEM_CUDA
+typedef CUresult (*gm__cu_dev_get_fn)(CUdevice* dev, int ordinal);
+typedef CUresult (*gm__cu_primary_fn)(CUdevice dev, unsigned int* flags, int* active);
+typedef CUresult (*gm__cu_gran_fn)(size_t* g, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags opt);
+typedef CUresult (*gm__cu_reserve_fn)(CUdeviceptr* ptr, size_t size, size_t align, CUdeviceptr addr, unsigned long long f);
+typedef CUresult (*gm__cu_addrfree_fn)(CUdeviceptr ptr, size_t size);
+typedef CUresult (*gm__cu_create_fn)(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop,
+                                     unsigned long long flags);
+typedef CUresult (*gm__cu_release_fn)(CUmemGenericAllocationHandle h);
+typedef CUresult (*gm__cu_map_fn)(CUdeviceptr ptr, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                                  unsigned long long flags);
+typedef CUresult (*gm__cu_unmap_fn)(CUdeviceptr ptr, size_t size);
+typedef CUresult (*gm__cu_access_fn)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t n);
+typedef CUresult (*gm__cu_errstr_fn)(CUresult e, const char** s);
+
 typedef struct gm__cuda {
     int device;
+    int cma;                /* concurrentManagedAccess: managed memory may be advised and prefetched */
+    gm__cu_dev_get_fn dev_get;
+    gm__cu_primary_fn primary;
+    gm__cu_gran_fn gran;    /* virtual memory, or NULL where the driver lacks it */
+    gm__cu_reserve_fn reserve;
+    gm__cu_addrfree_fn addr_free;
+    gm__cu_create_fn create;
+    gm__cu_release_fn release;
+    gm__cu_map_fn map;
+    gm__cu_unmap_fn unmap;
+    gm__cu_access_fn access;
+    gm__cu_errstr_fn errstr;
 } gm__cuda;
 
 static gm_result gm__cu(const gm_context* ctx, cudaError_t e, const char* what) {
@@ -1943,19 +1994,49 @@ static gm_result gm__cu(const gm_context* ctx, cudaError_t e, const char* what) 
     switch (e) {
     case cudaErrorMemoryAllocation: return GM_ERR_OUT_OF_MEMORY;
     case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
     case cudaErrorInvalidDevice:
     case cudaErrorDevicesUnavailable:
-    case cudaErrorStartupFailure:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice: return GM_ERR_NO_DEVICE;
+    case cudaErrorStartupFailure: return GM_ERR_NO_DEVICE;
     case cudaErrorInvalidResourceHandle: return GM_ERR_INVALID_STREAM;
-    default: return GM_ERR_BACKEND;
+    default: return GM_ERR_BACKEND; /* a driver too old for the runtime included: that is no missing device */
     }
 }
 
+/* A driver call's result; CUDA_ERROR_OUT_OF_MEMORY is the out-of-memory
+   the ladder handles, anything else is logged. */
+static gm_result gm__cudrv(const gm_context* ctx, CUresult e, const char* what) {
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    const char* str = NULL;
+    if (e == CUDA_SUCCESS) return GM_OK;
+    if (cu->errstr) cu->errstr(e, &str);
+    gm__log(ctx, e == CUDA_ERROR_OUT_OF_MEMORY ? GM_LOG_INFO : GM_LOG_ERROR, "cuda driver: %s: %s (%d)", what,
+            str ? str : "unknown error", (int)e);
+    return e == CUDA_ERROR_OUT_OF_MEMORY ? GM_ERR_OUT_OF_MEMORY : GM_ERR_BACKEND;
+}
+
+/* A driver entry point, or NULL where the driver has none. */
+static void* gm__cu_entry(const char* name) {
+    void* fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        fn = NULL;
+    (void)cudaGetLastError();
+    return fn;
+}
+
+/* Whether device `dev` has its primary context already (so making it
+   current again creates nothing). Unknown: no. */
+static int gm__cu_has_context(const gm__cuda* cu, int dev) {
+    CUdevice d;
+    unsigned int flags = 0;
+    int active = 0;
+    if (!cu->dev_get || !cu->primary || cu->dev_get(&d, dev) != CUDA_SUCCESS) return 0;
+    return cu->primary(d, &flags, &active) == CUDA_SUCCESS && active;
+}
+
 /* A device guard, as PyTorch's: make the context's device current for one
-   call and give the caller's back afterwards. */
+   call, and give the caller's back afterwards where it has a context. */
 static gm_result gm__cu_enter(const gm_context* ctx, int* prev) {
     int dev = ((gm__cuda*)ctx->bs)->device;
     gm_result r = gm__cu(ctx, cudaGetDevice(prev), "cudaGetDevice");
@@ -1963,7 +2044,8 @@ static gm_result gm__cu_enter(const gm_context* ctx, int* prev) {
     return *prev == dev ? GM_OK : gm__cu(ctx, cudaSetDevice(dev), "cudaSetDevice");
 }
 static void gm__cu_leave(const gm_context* ctx, int prev) {
-    if (prev != ((gm__cuda*)ctx->bs)->device) (void)gm__cu(ctx, cudaSetDevice(prev), "cudaSetDevice");
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    if (prev != cu->device && gm__cu_has_context(cu, prev)) (void)gm__cu(ctx, cudaSetDevice(prev), "cudaSetDevice");
 }
 #define GM__CU_TRY(ctx, call)                             \
     do {                                                  \
@@ -1976,25 +2058,56 @@ static void gm__cu_leave(const gm_context* ctx, int prev) {
     } while (0)
 
 static gm_result gm__cu_init(gm_context* ctx) {
-    int n = 0, prev = 0;
+    int n = 0, prev = 0, cma = 0, drv = 0, rt = 0;
     size_t f = 0, t = 0;
     gm_result r;
     gm__cuda* cu;
-    r = gm__cu(ctx, cudaGetDeviceCount(&n), "cudaGetDeviceCount");
-    if (r != GM_OK) return r == GM_ERR_BACKEND ? GM_ERR_NO_DEVICE : r;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) {
+        (void)cudaGetLastError();
+        cudaRuntimeGetVersion(&rt);
+        gm__log(ctx, GM_LOG_ERROR, "cuda: the driver (CUDA %d.%d) is older than the runtime this program was built "
+                "with (CUDA %d.%d): update the driver", drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        return GM_ERR_BACKEND;
+    }
+    r = gm__cu(ctx, e, "cudaGetDeviceCount");
+    if (r != GM_OK) return r == GM_ERR_BACKEND && e == cudaErrorInsufficientDriver ? GM_ERR_NO_DEVICE : r; /* no driver */
     if (ctx->desc.device < 0 || ctx->desc.device >= n) {
         gm__log(ctx, GM_LOG_ERROR, "cuda: device %d requested, %d present", ctx->desc.device, n);
         return GM_ERR_NO_DEVICE;
     }
-    r = gm__cu(ctx, cudaGetDevice(&prev), "cudaGetDevice");
-    if (r == GM_OK) r = gm__cu(ctx, cudaSetDevice(ctx->desc.device), "cudaSetDevice");
-    if (r == GM_OK) r = gm__cu(ctx, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
-    if (prev != ctx->desc.device) (void)cudaSetDevice(prev);
-    if (r != GM_OK) return r;
     cu = (gm__cuda*)gm__calloc(sizeof *cu);
     if (!cu) return GM_ERR_HOST_OUT_OF_MEMORY;
     cu->device = ctx->desc.device;
+    *(void**)&cu->dev_get = gm__cu_entry("cuDeviceGet");
+    *(void**)&cu->primary = gm__cu_entry("cuDevicePrimaryCtxGetState");
+    *(void**)&cu->gran = gm__cu_entry("cuMemGetAllocationGranularity");
+    *(void**)&cu->reserve = gm__cu_entry("cuMemAddressReserve");
+    *(void**)&cu->addr_free = gm__cu_entry("cuMemAddressFree");
+    *(void**)&cu->create = gm__cu_entry("cuMemCreate");
+    *(void**)&cu->release = gm__cu_entry("cuMemRelease");
+    *(void**)&cu->map = gm__cu_entry("cuMemMap");
+    *(void**)&cu->unmap = gm__cu_entry("cuMemUnmap");
+    *(void**)&cu->access = gm__cu_entry("cuMemSetAccess");
+    *(void**)&cu->errstr = gm__cu_entry("cuGetErrorString");
     ctx->bs = cu;
+    r = gm__cu(ctx, cudaGetDevice(&prev), "cudaGetDevice");
+    if (r == GM_OK) r = gm__cu(ctx, cudaSetDevice(cu->device), "cudaSetDevice");
+    if (r == GM_OK) r = gm__cu(ctx, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    if (r == GM_OK && cudaDeviceGetAttribute(&cma, cudaDevAttrConcurrentManagedAccess, cu->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cma = 0;
+    }
+    if (prev != cu->device && gm__cu_has_context(cu, prev)) (void)cudaSetDevice(prev);
+    if (r != GM_OK) {
+        GPUMEM_FREE(cu);
+        ctx->bs = NULL;
+        return r;
+    }
+    cu->cma = cma;
+    if (!cma)
+        gm__log(ctx, GM_LOG_INFO, "cuda: device %d has no concurrent managed access: unified memory is neither advised "
+                "nor prefetched, and only the copy engine touches it", cu->device);
     ctx->total = t;
     return GM_OK;
 }
@@ -2030,42 +2143,45 @@ static gm_result gm__cu_host_register(gm_context* ctx, void* p, size_t n) {
 static gm_result gm__cu_host_unregister(gm_context* ctx, void* p) { GM__CU_TRY(ctx, cudaHostUnregister(p)); }
 
 static gm_result gm__cu_managed_alloc(gm_context* ctx, void** o, size_t n) {
-    int dev = ((gm__cuda*)ctx->bs)->device, prev;
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    int prev;
     gm_result r = gm__cu_enter(ctx, &prev);
     if (r != GM_OK) return r;
     r = gm__cu(ctx, cudaMallocManaged(o, n, cudaMemAttachGlobal), "cudaMallocManaged");
-    if (r != GM_OK) {
-        gm__cu_leave(ctx, prev);
-        return r;
-    }
+    if (r == GM_OK && cu->cma) { /* without concurrent managed access advice is refused: the driver decides */
+        gm_result a;
 #if CUDART_VERSION >= 13000
-    {
         struct cudaMemLocation loc;
         loc.type = cudaMemLocationTypeDevice;
-        loc.id = dev;
-        r = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, loc), "cudaMemAdvise");
-    }
+        loc.id = cu->device;
+        a = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, loc), "cudaMemAdvise");
 #else
-    r = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, dev), "cudaMemAdvise");
+        a = gm__cu(ctx, cudaMemAdvise(*o, n, cudaMemAdviseSetPreferredLocation, cu->device), "cudaMemAdvise");
 #endif
-    if (r != GM_OK) gm__log(ctx, GM_LOG_WARN, "cuda: managed memory is not advised to device %d", dev);
+        if (a != GM_OK) gm__log(ctx, GM_LOG_WARN, "cuda: managed memory is not advised to device %d", cu->device);
+    }
     gm__cu_leave(ctx, prev);
-    return GM_OK;
+    return r;
 }
 static gm_result gm__cu_managed_free(gm_context* ctx, void* p, size_t n) {
     (void)n;
     GM__CU_TRY(ctx, cudaFree(p));
 }
+/* A migration hint, ordered on s; nothing where the device cannot take it
+   (no concurrent managed access: the pages move on demand instead). */
 static gm_result gm__cu_managed_prefetch(gm_context* ctx, void* p, size_t n, int to_dev, gm_stream s) {
-    int dev = ((gm__cuda*)ctx->bs)->device;
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    if (!cu->cma) return GM_OK;
+    {
 #if CUDART_VERSION >= 13000
-    struct cudaMemLocation loc;
-    loc.type = to_dev ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
-    loc.id = to_dev ? dev : 0;
-    GM__CU_TRY(ctx, cudaMemPrefetchAsync(p, n, loc, 0, (cudaStream_t)s));
+        struct cudaMemLocation loc;
+        loc.type = to_dev ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+        loc.id = to_dev ? cu->device : 0;
+        GM__CU_TRY(ctx, cudaMemPrefetchAsync(p, n, loc, 0, (cudaStream_t)s));
 #else
-    GM__CU_TRY(ctx, cudaMemPrefetchAsync(p, n, to_dev ? dev : cudaCpuDeviceId, (cudaStream_t)s));
+        GM__CU_TRY(ctx, cudaMemPrefetchAsync(p, n, to_dev ? cu->device : cudaCpuDeviceId, (cudaStream_t)s));
 #endif
+    }
 }
 
 static gm_result gm__cu_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind k,
@@ -2073,7 +2189,8 @@ static gm_result gm__cu_copy(gm_context* ctx, void* dst, const void* src, size_t
     enum cudaMemcpyKind ck = k == GM_COPY_HOST_TO_DEVICE ? cudaMemcpyHostToDevice
                            : k == GM_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
                            : k == GM_COPY_DEVICE_TO_DEVICE ? cudaMemcpyDeviceToDevice
-                                                           : cudaMemcpyHostToHost;
+                           : k == GM_COPY_HOST_TO_HOST ? cudaMemcpyHostToHost
+                                                       : cudaMemcpyDefault;
     int prev;
     gm_result r = gm__cu_enter(ctx, &prev);
     if (r != GM_OK) return r;
@@ -2115,12 +2232,102 @@ static gm_result gm__cu_stream_wait_event(gm_context* ctx, gm_stream s, void* ev
     GM__CU_TRY(ctx, cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0));
 }
 
-/* Expandable segments on CUDA need the driver's virtual memory API
-   (cuMemAddressReserve / cuMemCreate / cuMemMap); not built yet, so CUDA
-   contexts use classic segments. */
+/* Expandable segments on the driver's virtual memory: an address range
+   reserved with cuMemAddressReserve, pages of the recommended granularity
+   made with cuMemCreate (pinned device memory), mapped with cuMemMap and
+   opened to the device with cuMemSetAccess; unmapped and released one page
+   at a time. 0 where the driver lacks any of it: classic segments then. */
+static void gm__cu_prop(const gm__cuda* cu, CUmemAllocationProp* prop) {
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = cu->device;
+}
+
 static size_t gm__cu_va_granularity(gm_context* ctx) {
-    (void)ctx;
-    return 0;
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    CUmemAllocationProp prop;
+    size_t g = 0;
+    int prev;
+    if (!cu->gran || !cu->reserve || !cu->addr_free || !cu->create || !cu->release || !cu->map || !cu->unmap ||
+        !cu->access)
+        return 0;
+    gm__cu_prop(cu, &prop);
+    if (gm__cu_enter(ctx, &prev) != GM_OK) return 0;
+    if (gm__cudrv(ctx, cu->gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity") != GM_OK)
+        g = 0;
+    gm__cu_leave(ctx, prev);
+    return g;
+}
+
+static gm_result gm__cu_va_reserve(gm_context* ctx, void** base, size_t size) {
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    CUdeviceptr p = 0;
+    gm_result r;
+    int prev;
+    if ((r = gm__cu_enter(ctx, &prev)) != GM_OK) return r;
+    r = gm__cudrv(ctx, cu->reserve(&p, size, ctx->va_gran, 0, 0), "cuMemAddressReserve");
+    gm__cu_leave(ctx, prev);
+    *base = (void*)(uintptr_t)p;
+    return r;
+}
+
+static gm_result gm__cu_va_release(gm_context* ctx, void* base, size_t size) {
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    gm_result r;
+    int prev;
+    if ((r = gm__cu_enter(ctx, &prev)) != GM_OK) return r;
+    r = gm__cudrv(ctx, cu->addr_free((CUdeviceptr)(uintptr_t)base, size), "cuMemAddressFree");
+    gm__cu_leave(ctx, prev);
+    return r;
+}
+
+/* size / granularity pages at addr, a handle each, all or none. */
+static gm_result gm__cu_va_map(gm_context* ctx, void* addr, size_t size, void** handles) {
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    CUmemAllocationProp prop;
+    CUmemAccessDesc acc;
+    size_t g = ctx->va_gran, k = 0, i;
+    gm_result r;
+    int prev;
+    if ((r = gm__cu_enter(ctx, &prev)) != GM_OK) return r;
+    gm__cu_prop(cu, &prop);
+    for (k = 0; k < size / g && r == GM_OK; k++) {
+        CUmemGenericAllocationHandle h = 0;
+        r = gm__cudrv(ctx, cu->create(&h, g, &prop, 0), "cuMemCreate");
+        if (r != GM_OK) break;
+        r = gm__cudrv(ctx, cu->map((CUdeviceptr)(uintptr_t)addr + k * g, g, 0, h, 0), "cuMemMap");
+        if (r != GM_OK) {
+            (void)cu->release(h);
+            break;
+        }
+        handles[k] = (void*)(uintptr_t)h;
+    }
+    if (r == GM_OK) {
+        memset(&acc, 0, sizeof acc);
+        acc.location = prop.location;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = gm__cudrv(ctx, cu->access((CUdeviceptr)(uintptr_t)addr, size, &acc, 1), "cuMemSetAccess");
+    }
+    if (r != GM_OK) /* all or none: what this call mapped goes */
+        for (i = 0; i < k; i++) {
+            (void)cu->unmap((CUdeviceptr)(uintptr_t)addr + i * g, g);
+            (void)cu->release((CUmemGenericAllocationHandle)(uintptr_t)handles[i]);
+            handles[i] = NULL;
+        }
+    gm__cu_leave(ctx, prev);
+    return r;
+}
+
+static gm_result gm__cu_va_unmap(gm_context* ctx, void* addr, size_t size, void* handle) {
+    const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    gm_result r;
+    int prev;
+    if ((r = gm__cu_enter(ctx, &prev)) != GM_OK) return r;
+    r = gm__cudrv(ctx, cu->unmap((CUdeviceptr)(uintptr_t)addr, size), "cuMemUnmap");
+    if (r == GM_OK) r = gm__cudrv(ctx, cu->release((CUmemGenericAllocationHandle)(uintptr_t)handle), "cuMemRelease");
+    gm__cu_leave(ctx, prev);
+    return r;
 }
 
 static const gm__backend gm__cuda_backend = {
@@ -2130,7 +2337,7 @@ static const gm__backend gm__cuda_backend = {
     gm__cu_launch_host, gm__cu_stream_create, gm__cu_stream_destroy, gm__cu_stream_sync,
     gm__cu_stream_valid, gm__cu_device_sync, gm__cu_event_create, gm__cu_event_destroy,
     gm__cu_event_record, gm__cu_event_query, gm__cu_event_sync, gm__cu_stream_wait_event,
-    gm__cu_va_granularity, NULL, NULL, NULL, NULL};
+    gm__cu_va_granularity, gm__cu_va_reserve, gm__cu_va_release, gm__cu_va_map, gm__cu_va_unmap};
 #endif /* GPUMEM_CUDA */
 
 /* >>stat ------------------------------------------------------------------
@@ -3062,7 +3269,10 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
             gm__release(ctx, 0, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - (int64_t)c);
         r = ctx->be->dev_alloc(ctx, &p, c);
         if (r == GM_ERR_OUT_OF_MEMORY) continue;
-        if (r != GM_OK) return NULL;
+        if (r != GM_OK) { /* a broken device is no out-of-memory: the ladder stops */
+            ctx->dev_err = r;
+            return NULL;
+        }
         ctx->stats.num_device_alloc++;
         seg = gm__arena_add(&ctx->pool[pl], (uintptr_t)p, c, (uintptr_t)si + 1);
         if (!seg) {
@@ -3153,8 +3363,12 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
 static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
     gm__block* b = gm__pool_find(ctx, pl, si, rsize);
     if (ctx->va_gran) {
+        gm_result r;
         if (!b && !ctx->ss[si].vseg[pl] && gm__vseg_open(ctx, pl, si)) b = gm__pool_find(ctx, pl, si, rsize);
-        if (b && gm__va_commit(ctx, b->seg, b->addr, rsize, wait) != GM_OK) b = NULL;
+        if (b && (r = gm__va_commit(ctx, b->seg, b->addr, rsize, wait)) != GM_OK) {
+            if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
+            b = NULL;
+        }
         return b;
     }
     if (b) return b;
@@ -3170,13 +3384,20 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
     gm__block* b;
     int rounds;
     *err = GM_ERR_OUT_OF_MEMORY;
+    ctx->dev_err = GM_OK;
+/* a block, or on a device error no further rung */
+#define GM__RUNG(cond, call)                         \
+    do {                                             \
+        if ((cond) && (b = (call)) != NULL) return b; \
+        if (ctx->dev_err != GM_OK) goto fault;       \
+    } while (0)
     for (rounds = 0; rounds < 4; rounds++) {
-        if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
+        GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
         ctx->stats.num_alloc_retries++;
-        if (gm__release(ctx, 0, 0) && (b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
+        GM__RUNG(gm__release(ctx, 0, 0), gm__attempt(ctx, pl, *si, rsize, 0));
         gm__wait_all(ctx);
-        if ((b = gm__attempt(ctx, pl, *si, rsize, 1)) != NULL) return b;
-        if (gm__release(ctx, 1, 0) && (b = gm__attempt(ctx, pl, *si, rsize, 1)) != NULL) return b;
+        GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 1));
+        GM__RUNG(gm__release(ctx, 1, 0), gm__attempt(ctx, pl, *si, rsize, 1));
         if (ctx->tier_evict) {
             size_t got;
             pthread_mutex_unlock(&ctx->mu);
@@ -3187,7 +3408,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             if (got) { /* progress: this round does not count */
                 rounds--;
                 gm__process_pending(ctx, 0);
-                if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
+                GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
                 continue;
             }
         }
@@ -3201,16 +3422,22 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             *err = GM_ERR_OUT_OF_MEMORY;
             if (act == GM_OOM_RETRY) {
                 gm__process_pending(ctx, 0);
-                if ((b = gm__attempt(ctx, pl, *si, rsize, 0)) != NULL) return b;
+                GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
                 continue;
             }
         }
         break;
     }
+#undef GM__RUNG
     if (!quiet) {
         ctx->stats.num_ooms++;
         gm__oom_message(ctx, size, rsize);
     }
+    return NULL;
+fault:
+    *err = ctx->dev_err;
+    gm__log(ctx, GM_LOG_ERROR, "the device failed while serving %zu bytes (%s, logged above): not an out-of-memory, "
+            "nothing more is tried", size, gm_result_string(*err));
     return NULL;
 }
 
@@ -3245,7 +3472,7 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     if (ctx->pending) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
-    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, quiet, &r);
+    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, quiet, &r); /* a device error stops it */
     if (!b) {
         pthread_mutex_unlock(&ctx->mu);
         return r;
@@ -3998,7 +4225,7 @@ GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx) {
 
 GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size, gm_copy_kind kind,
                                      gm_stream s) {
-    if (GM__BAD_CTX(ctx) || (size && (!dst || !src)) || (int)kind < 0 || (int)kind > (int)GM_COPY_HOST_TO_HOST)
+    if (GM__BAD_CTX(ctx) || (size && (!dst || !src)) || (int)kind < 0 || (int)kind > (int)GM_COPY_DEFAULT)
         return GM_ERR_INVALID_ARGUMENT;
     if (!size) return GM_OK;
     return ctx->be->copy(ctx, dst, src, size, kind, s);
@@ -4620,7 +4847,7 @@ static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, con
 }
 
 /* Reads `bytes` of the extent at `off` into dst (device memory, or managed
-   memory with kind GM_COPY_HOST_TO_HOST) through the slots: reads in
+   memory with kind GM_COPY_DEFAULT) through the slots: reads in
    flight while the chunks before them are checked and copied out on
    `copy`, in order. GM_ERR_CHECKSUM when `want` does not match (when
    checking); dst then holds the bad bytes, the extent is unchanged. */
@@ -5144,8 +5371,10 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
 }
 
 /* Room on the device for x, on stream s; per the fallback, managed memory
-   (not for a speculative prefetch, which simply does not happen). */
-static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
+   (not for a speculative prefetch, which simply does not happen),
+   prefetched to the device on s unless bytes are to be copied in first. */
+static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
+                              int prefetch) {
     gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative, GM__OWN_TENSOR, gm__handle_id(tm, x));
     if (r == GM_OK) {
         x->alloc_stream = s;
@@ -5159,7 +5388,7 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         x->managed = NULL;
         return GM_ERR_OUT_OF_MEMORY;
     }
-    (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
+    if (prefetch) (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
     tm->st.managed_fallbacks++;
     gm__log(ctx, GM_LOG_INFO, "tier: a %zu-byte tensor is served by managed memory", x->bytes);
     return GM_OK;
@@ -5174,17 +5403,20 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     int from_disk;
     if (x->dev || x->managed) return GM_OK;
     gm__tier_count(tm, x, -1);
-    r = gm__dev_room(ctx, tm, x, s, speculative);
-    if (r == GM_OK) x->last = s;
     from_disk = !x->host_valid && x->disk_valid && !x->blank;
+    r = gm__dev_room(ctx, tm, x, s, speculative, !x->host_valid && !from_disk);
+    if (r == GM_OK) x->last = s;
     if (r == GM_OK && (x->host_valid || from_disk)) {
         void* dst = x->dev ? x->dev : x->managed;
-        gm_copy_kind kind = x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_HOST_TO_HOST;
+        /* into unified memory by the copy engine in stream order (a host copy would touch it from the
+           CPU, which devices without concurrent managed access fault), then the prefetch after it */
+        gm_copy_kind kind = x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_DEFAULT;
         gm__disk* dk = (gm__disk*)ctx->disk;
         r = gm__copy_waits(ctx, tm, s);
         if (r == GM_OK && x->dev) gm__note_use(x, tm->copy);
         if (r == GM_OK && !from_disk) r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, tm->copy);
         if (r == GM_OK && from_disk) r = gm__disk_read(ctx, dk, gm__disk_off(dk, x->disk), dst, x->bytes, kind, tm->copy, x->crc);
+        if (r == GM_OK && x->managed) (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, tm->copy);
         if (r == GM_OK) r = gm__event_on(ctx, &x->ready_ev, tm->copy);
         if (r != GM_OK) { /* the copy below is still whole: give the room back */
             if (x->dev) {
@@ -5358,7 +5590,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
             x->disk_valid = x->blank = 1;
             r = GM_OK;
         } else {
-            r = gm__dev_room(ctx, tm, x, NULL, 0);
+            r = gm__dev_room(ctx, tm, x, NULL, 0, 1);
         }
     }
     if (r != GM_OK) {
