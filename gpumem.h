@@ -580,6 +580,12 @@ GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* free_bytes, size_t* to
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out);
 /* Synchronizes the stream first; blocks it owned become reusable by others. */
 GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream stream);
+/* For a stream made elsewhere (cudaStreamCreate, PyTorch) that gpumem has
+   used, before its owner destroys it: synchronizes it and forgets it, so
+   its cached blocks go to other streams, and a new stream that CUDA hands
+   the same handle later starts afresh instead of inheriting blocks whose
+   old work may still run. Refuses the default stream. */
+GPUMEM_API gm_result gm_stream_detach(gm_context* ctx, gm_stream stream);
 GPUMEM_API gm_result gm_stream_synchronize(gm_context* ctx, gm_stream stream);
 GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx);
 GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size,
@@ -877,6 +883,9 @@ struct gm__seg {
     uint8_t** freed;        /* per GM__MARK_SPAN bytes, a bitmap of the
                                512-byte slots where a freed block started
                                (made on first use; NULL: none yet) */
+    uintptr_t raw;          /* where the backend's allocation starts (base is
+                               raised to 512 bytes within it), or 0: base */
+    size_t raw_size;        /* and its size */
 };
 
 typedef struct gm__chunk { struct gm__chunk* next; } gm__chunk;
@@ -946,6 +955,10 @@ struct gm_context {
     void* plan;             /* planned mode (gm__plan), or NULL */
     void* disk;             /* the spill file (gm__disk), or NULL */
     gm_result dev_err;      /* the ladder: a device error that is not out-of-memory (it stops) */
+    struct gm__dfree* dfree; /* device memory to give back once the lock is dropped */
+    size_t ndfree, capdfree;
+    struct gm__mblock *mpending, *mcache; /* unified memory freed: waiting for its streams, then cached */
+    size_t mcached;         /* bytes in mcache */
     char disk_dir[GM__PATH]; /* desc.disk_dir when it came from an option */
     FILE* trace;            /* capture: RMM's replay CSV */
     uint64_t t0;            /* setup time, for the trace's clock */
@@ -2791,8 +2804,11 @@ static gm__block* gm__pool_take(gm_context* ctx, gm__arena* a, const size_t* res
 /* >>streams ---------------------------------------------------------------
    The allocator's per-stream state (gm__sstate) and its recycled events.
    Entries are never removed, so a block's segment key (index + 1) stays
-   valid; a destroyed stream is marked dead and refused until gm_stream_create
-   hands out the same handle again. Invariants: safe_epoch < epoch; the
+   valid; a stream destroyed (gm_stream_destroy) or detached
+   (gm_stream_detach) is synchronized and marked dead, and a handle seen
+   again after that (CUDA hands destroyed handles out again) gets a new
+   entry: the old one's blocks, cached for work long done, go to others only
+   as whole free segments. Invariants: safe_epoch < epoch; the
    ring's epochs increase strictly and lie in (safe_epoch, epoch); a
    segment's free_epoch <= its owner's dirty_epoch <= epoch. */
 static gm_result gm__ev_get(gm_context* ctx, void** ev) {
@@ -2807,10 +2823,7 @@ static void gm__ev_put(gm_context* ctx, void* ev) {
     if (ctx->nevfree == ctx->capevfree) {
         uint32_t cap = ctx->capevfree ? ctx->capevfree * 2 : 16;
         void** n = (void**)gm__grow_array(ctx->evfree, ctx->capevfree * sizeof(void*), cap * sizeof(void*));
-        if (!n) {
-            ctx->be->event_destroy(ctx, ev);
-            return;
-        }
+        if (!n) return; /* leaked, not destroyed: a thread may be waiting on it without the lock */
         ctx->evfree = n;
         ctx->capevfree = cap;
     }
@@ -2826,13 +2839,13 @@ static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
         return GM_OK;
     }
     for (i = 0; i < ctx->nss; i++) {
-        if (ctx->ss[i].stream == s) {
-            if (ctx->ss[i].dead)
-                return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "stream %p was destroyed", (void*)s);
+        if (ctx->ss[i].stream == s && !ctx->ss[i].dead) {
             *out = ctx->last_ss = i;
             return GM_OK;
         }
     }
+    /* a new handle, or one destroyed and handed out again (CUDA reuses them): a
+       fresh state, which inherits nothing of the old stream's */
     if (!ctx->be->stream_valid(ctx, s))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "unknown or destroyed stream %p", (void*)s);
     if (ctx->nss == ctx->capss) {
@@ -3171,6 +3184,61 @@ static void* gm__plan_region(const gm_context* ctx);
 #define GM__MAX_REQUEST ((size_t)1 << 60)
 
 static size_t gm__round_req(size_t n) { return n < GM__ROUND ? GM__ROUND : gm__round_up(n, GM__ROUND); }
+
+/* Device memory given back with the lock dropped: cudaFree waits for the
+   whole device, and a thread holding the lock through it stalls every other
+   call (and deadlocks a host function that needs the lock). The allocator's
+   accounting lets go at once; the memory follows when the lock is next
+   released through gm__unlock, or at gm__flush in the ladder, before it
+   asks the device again. */
+typedef struct gm__dfree {
+    void* p;
+    size_t n;
+    int managed;
+} gm__dfree;
+
+static void gm__defer_free(gm_context* ctx, void* p, size_t n, int managed) {
+    if (ctx->ndfree == ctx->capdfree) {
+        size_t cap = ctx->capdfree ? 2 * ctx->capdfree : 16;
+        gm__dfree* d = (gm__dfree*)gm__grow_array(ctx->dfree, ctx->capdfree * sizeof *d, cap * sizeof *d);
+        if (!d) { /* no room to defer it: now, with the lock */
+            if (managed) ctx->be->managed_free(ctx, p, n);
+            else ctx->be->dev_free(ctx, p, n);
+            return;
+        }
+        ctx->dfree = d;
+        ctx->capdfree = cap;
+    }
+    ctx->dfree[ctx->ndfree].p = p, ctx->dfree[ctx->ndfree].n = n, ctx->dfree[ctx->ndfree].managed = managed;
+    ctx->ndfree++;
+}
+
+/* Unlocks ctx->mu, then gives back what was deferred. */
+static void gm__unlock(gm_context* ctx) {
+    gm__dfree* d = ctx->dfree;
+    size_t n = ctx->ndfree, i;
+    if (GM__LIKELY(!n)) {
+        pthread_mutex_unlock(&ctx->mu);
+        return;
+    }
+    ctx->dfree = NULL;
+    ctx->ndfree = ctx->capdfree = 0;
+    pthread_mutex_unlock(&ctx->mu);
+    for (i = 0; i < n; i++) {
+        gm_result r = d[i].managed ? ctx->be->managed_free(ctx, d[i].p, d[i].n) : ctx->be->dev_free(ctx, d[i].p, d[i].n);
+        if (r != GM_OK) gm__log(ctx, GM_LOG_ERROR, "giving %zu bytes at %p back to the device failed (%s)", d[i].n, d[i].p,
+                                gm_result_string(r));
+    }
+    GPUMEM_FREE(d);
+}
+
+/* With the lock held: gives back what was deferred (the lock is dropped and
+   taken again; the callers hold no pointer across it). */
+static void gm__flush(gm_context* ctx) {
+    if (!ctx->ndfree) return;
+    gm__unlock(ctx);
+    pthread_mutex_lock(&ctx->mu);
+}
 static int gm__pool_of(size_t rsize) { return rsize <= GM__SMALL_MAX ? 0 : 1; }
 static int gm__pool_stat(int pl) { return pl == 0 ? GM_STAT_SMALL_POOL : GM_STAT_LARGE_POOL; }
 
@@ -3220,11 +3288,10 @@ static gm__block* gm__adopt(gm_context* ctx, int pl, uint32_t si, size_t rsize, 
 }
 
 static int gm__release_seg(gm_context* ctx, gm__seg* s) {
-    gm__arena* a = s->arena;
-    void* base = (void*)s->base;
-    size_t size = s->size;
-    if (ctx->be->dev_free(ctx, base, size) != GM_OK) return 0;
-    gm__arena_drop(a, s);
+    void* base = (void*)(s->raw ? s->raw : s->base);
+    size_t size = s->raw ? s->raw_size : s->size;
+    gm__arena_drop(s->arena, s);
+    gm__defer_free(ctx, base, size, 0);
     ctx->stats.num_device_free++;
     return 1;
 }
@@ -3248,6 +3315,27 @@ static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
     return freed;
 }
 
+/* Device memory for a segment whose base is 512-byte aligned (gm_alloc's
+   promise). CUDA promises 256: a base that is not (drivers give more in
+   practice) is given back and the segment made 256 bytes larger, its base
+   raised; *raw then says where the backend's allocation starts. */
+static gm_result gm__dev_alloc512(gm_context* ctx, void** p, size_t n, uintptr_t* raw) {
+    gm_result r = ctx->be->dev_alloc(ctx, p, n);
+    *raw = 0;
+    if (r != GM_OK || (uintptr_t)*p % GM__ROUND == 0) return r;
+    ctx->be->dev_free(ctx, *p, n);
+    r = ctx->be->dev_alloc(ctx, p, n + GM__ROUND / 2);
+    if (r != GM_OK) return r;
+    *raw = (uintptr_t)*p;
+    *p = (void*)gm__round_up((uintptr_t)*p, GM__ROUND);
+    if ((uintptr_t)*p + n > *raw + n + GM__ROUND / 2) { /* not even 256-aligned: no device of CUDA's */
+        ctx->be->dev_free(ctx, (void*)*raw, n + GM__ROUND / 2);
+        gm__log(ctx, GM_LOG_ERROR, "device memory at %#lx is not 256-byte aligned", (unsigned long)*raw);
+        return GM_ERR_BACKEND;
+    }
+    return GM_OK;
+}
+
 /* Step 2: a new segment within the budget: the usual size, else the request
    rounded to 2 MiB, else the request itself, so a tight budget is used to
    the last 512 bytes. */
@@ -3261,13 +3349,16 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
         size_t c = cand[i];
         int64_t reserved = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
         void* p = NULL;
+        uintptr_t raw = 0;
         gm_result r;
         gm__seg* seg;
         if ((i && c >= cand[i - 1]) || c < rsize) continue;
         if ((uint64_t)reserved + c > (uint64_t)ctx->budget) continue;
-        if (ctx->desc.gc_threshold > 0 && (double)((uint64_t)reserved + c) > ctx->desc.gc_threshold * (double)ctx->budget)
+        if (ctx->desc.gc_threshold > 0 && (double)((uint64_t)reserved + c) > ctx->desc.gc_threshold * (double)ctx->budget) {
             gm__release(ctx, 0, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - (int64_t)c);
-        r = ctx->be->dev_alloc(ctx, &p, c);
+            gm__flush(ctx); /* the device has it back before it is asked again */
+        }
+        r = gm__dev_alloc512(ctx, &p, c, &raw);
         if (r == GM_ERR_OUT_OF_MEMORY) continue;
         if (r != GM_OK) { /* a broken device is no out-of-memory: the ladder stops */
             ctx->dev_err = r;
@@ -3276,10 +3367,11 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
         ctx->stats.num_device_alloc++;
         seg = gm__arena_add(&ctx->pool[pl], (uintptr_t)p, c, (uintptr_t)si + 1);
         if (!seg) {
-            ctx->be->dev_free(ctx, p, c);
+            ctx->be->dev_free(ctx, (void*)(raw ? raw : (uintptr_t)p), raw ? c + GM__ROUND / 2 : c);
             ctx->stats.num_device_free++;
             return NULL;
         }
+        if (raw) seg->raw = raw, seg->raw_size = c + GM__ROUND / 2;
         return seg->first;
     }
     return NULL;
@@ -3329,13 +3421,34 @@ static void gm__process_pending(gm_context* ctx, int wait) {
     }
 }
 
-/* Step 4: wait for every pending free and every stream fence. */
+/* Step 4: wait for every pending free and every stream fence, with the
+   lock dropped while waiting (the events stay valid: recycled ones are
+   only ever recorded again, never destroyed before shutdown); then retire
+   what completed. Without room for the list, it waits with the lock. */
 static void gm__wait_all(gm_context* ctx) {
     uint32_t i;
-    gm__process_pending(ctx, 1);
-    for (i = 0; i < ctx->nss; i++) {
-        gm__fence_need(ctx, &ctx->ss[i]);
-        gm__fence_wait(ctx, &ctx->ss[i]);
+    size_t n = 0, cap = ctx->nss;
+    void** ev;
+    gm__block* b;
+    for (i = 0; i < ctx->nss; i++) gm__fence_need(ctx, &ctx->ss[i]);
+    for (b = ctx->pending; b; b = b->r) cap += b->nevents;
+    ev = (void**)GPUMEM_MALLOC((cap ? cap : 1) * sizeof *ev);
+    if (!ev) {
+        gm__process_pending(ctx, 1);
+        for (i = 0; i < ctx->nss; i++) gm__fence_wait(ctx, &ctx->ss[i]);
+    } else {
+        uint32_t k;
+        for (i = 0; i < ctx->nss; i++) /* the newest fence covers the older ones */
+            if (ctx->ss[i].fcount) ev[n++] = ctx->ss[i].fev[(ctx->ss[i].fhead + ctx->ss[i].fcount - 1) % GM__FENCES];
+        for (b = ctx->pending; b; b = b->r)
+            for (k = 0; k < b->nevents; k++) ev[n++] = b->events[k];
+        gm__unlock(ctx);
+        for (k = 0; k < n; k++)
+            if (ctx->be->event_sync(ctx, ev[k]) != GM_OK) ctx->be->device_sync(ctx);
+        pthread_mutex_lock(&ctx->mu);
+        GPUMEM_FREE(ev);
+        for (i = 0; i < ctx->nss; i++) gm__fence_poll(ctx, &ctx->ss[i]);
+        gm__process_pending(ctx, 0);
     }
     ctx->stats.num_sync_all_streams++;
 }
@@ -3394,10 +3507,10 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
     for (rounds = 0; rounds < 4; rounds++) {
         GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
         ctx->stats.num_alloc_retries++;
-        GM__RUNG(gm__release(ctx, 0, 0), gm__attempt(ctx, pl, *si, rsize, 0));
+        GM__RUNG(gm__release(ctx, 0, 0) && (gm__flush(ctx), 1), gm__attempt(ctx, pl, *si, rsize, 0));
         gm__wait_all(ctx);
         GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 1));
-        GM__RUNG(gm__release(ctx, 1, 0), gm__attempt(ctx, pl, *si, rsize, 1));
+        GM__RUNG(gm__release(ctx, 1, 0) && (gm__flush(ctx), 1), gm__attempt(ctx, pl, *si, rsize, 1));
         if (ctx->tier_evict) {
             size_t got;
             pthread_mutex_unlock(&ctx->mu);
@@ -3458,7 +3571,7 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     if (size > GM__MAX_REQUEST) {
         ctx->stats.num_ooms++;
         gm__oom_message(ctx, size, size);
-        pthread_mutex_unlock(&ctx->mu);
+        gm__unlock(ctx);
         return GM_ERR_OUT_OF_MEMORY;
     }
     rsize = gm__round_req(size);
@@ -3466,7 +3579,7 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     ps = gm__pool_stat(pl);
     r = gm__ss_index(ctx, stream, &si);
     if (r != GM_OK) {
-        pthread_mutex_unlock(&ctx->mu);
+        gm__unlock(ctx);
         return r;
     }
     if (ctx->pending) gm__process_pending(ctx, 0);
@@ -3474,14 +3587,14 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
     if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, quiet, &r); /* a device error stops it */
     if (!b) {
-        pthread_mutex_unlock(&ctx->mu);
+        gm__unlock(ctx);
         return r;
     }
     gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
     if (!gm__map_put(&ctx->map, b->addr, b)) {
         if (b->seg->va) gm__va_unref(ctx, b->seg, b->addr, b->size, 0);
         gm__arena_give(&ctx->pool[pl], b);
-        pthread_mutex_unlock(&ctx->mu);
+        gm__unlock(ctx);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     b->requested = size;
@@ -3494,7 +3607,7 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     gm__stat_add(ctx->stats.active_bytes, ps, (int64_t)b->size);
     if (ctx->trace) gm__trace_row(ctx, "allocate", b->addr, size, stream);
     *out = (void*)b->addr;
-    pthread_mutex_unlock(&ctx->mu);
+    gm__unlock(ctx);
     return GM_OK;
 }
 
@@ -3503,6 +3616,156 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
 static int gm__wants_managed(gm_context* ctx, size_t bytes) {
     gm_fallback f = ctx->desc.fallback_fn ? ctx->desc.fallback_fn(ctx, bytes, ctx->desc.fallback_user) : ctx->desc.fallback;
     return f == GM_FALLBACK_MANAGED;
+}
+
+/* >>managed ---------------------------------------------------------------
+   Unified memory that gpumem hands out: gm_alloc's last rung (owner
+   GM__OWN_USER) and the tiered manager's fallback (GM__OWN_TENSOR). Giving
+   it back to the backend (cudaFree) waits for the whole device, so a freed
+   block waits, pending, for events recorded on the streams that used it,
+   then is cached for the next request of a size it fits (at most twice
+   that); the cache goes back to the backend, with the lock dropped, past
+   the budget in bytes, on gm_empty_cache and at shutdown. Invariants: a
+   record is in exactly one of ctx->managed (live, by address), the pending
+   list or the cache; cap >= size; mcached sums the cache's caps; the
+   statistics' managed_bytes sums the sizes of the live user blocks. */
+#define GM__MSTREAMS 4
+typedef struct gm__mblock {
+    void* p;
+    size_t size, cap;                 /* asked for, and what the backend gave */
+    int owner;
+    gm_stream streams[GM__MSTREAMS];  /* that used it (the first: where it was allocated) */
+    int nstreams, overflow;           /* overflow: more than that; its free waits for the device */
+    void* ev[GM__MSTREAMS];           /* pending: events still to complete */
+    int nev;
+    struct gm__mblock* next;
+} gm__mblock;
+
+static void gm__managed_use(gm__mblock* m, gm_stream s) {
+    int i;
+    for (i = 0; i < m->nstreams; i++)
+        if (m->streams[i] == s) return;
+    if (m->nstreams < GM__MSTREAMS) m->streams[m->nstreams++] = s;
+    else m->overflow = 1;
+}
+
+/* Pending blocks whose streams are done move to the cache (with mu). */
+static void gm__managed_poll(gm_context* ctx) {
+    gm__mblock **pp = &ctx->mpending, *m;
+    while ((m = *pp) != NULL) {
+        while (m->nev) {
+            gm_result r = ctx->be->event_query(ctx, m->ev[m->nev - 1]);
+            if (r == GM_NOT_READY) break;
+            if (r != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
+            gm__ev_put(ctx, m->ev[--m->nev]);
+        }
+        if (m->nev) {
+            pp = &m->next;
+            continue;
+        }
+        *pp = m->next;
+        m->next = ctx->mcache;
+        ctx->mcache = m;
+        ctx->mcached += m->cap;
+    }
+}
+
+/* The cache past `limit` bytes goes back to the backend once the lock is
+   dropped (with mu). */
+static void gm__managed_trim(gm_context* ctx, size_t limit) {
+    gm__mblock **pp = &ctx->mcache, *m;
+    size_t kept = 0;
+    while ((m = *pp) != NULL) {
+        if (kept + m->cap <= limit) {
+            kept += m->cap;
+            pp = &m->next;
+            continue;
+        }
+        *pp = m->next;
+        ctx->mcached -= m->cap;
+        gm__defer_free(ctx, m->p, m->cap, 1);
+        GPUMEM_FREE(m);
+    }
+}
+
+/* Unified memory for `size` bytes held by `owner`, first used on stream:
+   from the cache (the smallest block that fits, at most twice the size),
+   else from the backend. The caller prefetches it where it wants it. */
+static gm_result gm__managed_get(gm_context* ctx, void** out, size_t size, gm_stream stream, int owner) {
+    gm__mblock **pp, **best = NULL, *m;
+    gm_result r;
+    pthread_mutex_lock(&ctx->mu);
+    gm__managed_poll(ctx);
+    for (pp = &ctx->mcache; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= size && (*pp)->cap / 2 <= size && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+    if (best) {
+        m = *best;
+        *best = m->next;
+        ctx->mcached -= m->cap;
+    } else {
+        gm__unlock(ctx);
+        m = (gm__mblock*)gm__calloc(sizeof *m);
+        if (!m) return GM_ERR_HOST_OUT_OF_MEMORY;
+        r = ctx->be->managed_alloc(ctx, &m->p, size);
+        if (r != GM_OK) {
+            GPUMEM_FREE(m);
+            return r;
+        }
+        m->cap = size;
+        pthread_mutex_lock(&ctx->mu);
+    }
+    m->size = size;
+    m->owner = owner;
+    m->nstreams = m->overflow = m->nev = 0;
+    m->next = NULL;
+    gm__managed_use(m, stream);
+    if (!gm__map_put(&ctx->managed, (uintptr_t)m->p, m)) {
+        m->next = ctx->mcache; /* no room to track it: back to the cache */
+        ctx->mcache = m;
+        ctx->mcached += m->cap;
+        gm__unlock(ctx);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    if (owner == GM__OWN_USER) {
+        ctx->stats.num_managed_fallbacks++;
+        ctx->stats.managed_bytes += (int64_t)size;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    *out = m->p;
+    return GM_OK;
+}
+
+/* Frees a live block of `owner` (with mu): pending until the streams that
+   used it are past this point. GM_ERR_FOREIGN_POINTER (without a log line)
+   when p is no such block. */
+static gm_result gm__managed_put(gm_context* ctx, void* p, int owner) {
+    gm__mblock* m = (gm__mblock*)gm__map_get(&ctx->managed, (uintptr_t)p);
+    int i;
+    if (!m || m->owner != owner) return GM_ERR_FOREIGN_POINTER;
+    gm__map_del(&ctx->managed, (uintptr_t)p);
+    if (owner == GM__OWN_USER) ctx->stats.managed_bytes -= (int64_t)m->size;
+    for (i = 0; i < m->nstreams && !m->overflow; i++) {
+        uint32_t si;
+        void* ev;
+        if (gm__ss_index(ctx, m->streams[i], &si) != GM_OK) continue; /* gone: synchronized when it went */
+        if (gm__ev_get(ctx, &ev) != GM_OK) break;
+        if (ctx->be->event_record(ctx, ev, m->streams[i]) != GM_OK) {
+            gm__ev_put(ctx, ev);
+            break;
+        }
+        m->ev[m->nev++] = ev;
+    }
+    if (m->overflow || i < m->nstreams) { /* streams beyond the record, or no event: the device, once */
+        while (m->nev) gm__ev_put(ctx, m->ev[--m->nev]);
+        gm__unlock(ctx);
+        ctx->be->device_sync(ctx);
+        pthread_mutex_lock(&ctx->mu);
+    }
+    m->next = ctx->mpending;
+    ctx->mpending = m;
+    gm__managed_poll(ctx);
+    gm__managed_trim(ctx, ctx->budget);
+    return GM_OK;
 }
 
 /* The last rung for a plain allocation: unified memory, prefetched to the
@@ -3515,21 +3778,12 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
             gm__log(ctx, GM_LOG_ERROR, "out of memory: %zu bytes, and the fallback declined unified memory", size);
         return GM_ERR_OUT_OF_MEMORY;
     }
-    r = ctx->be->managed_alloc(ctx, &p, size);
+    r = gm__managed_get(ctx, &p, size, stream, GM__OWN_USER);
     if (r != GM_OK) {
         gm__log(ctx, GM_LOG_ERROR, "out of memory: unified memory cannot serve %zu bytes either (%s)", size,
                 gm_result_string(r));
-        return GM_ERR_OUT_OF_MEMORY;
+        return r == GM_ERR_HOST_OUT_OF_MEMORY ? r : GM_ERR_OUT_OF_MEMORY;
     }
-    pthread_mutex_lock(&ctx->mu);
-    if (!gm__map_put(&ctx->managed, (uintptr_t)p, (void*)(uintptr_t)size)) {
-        pthread_mutex_unlock(&ctx->mu);
-        ctx->be->managed_free(ctx, p, size);
-        return GM_ERR_HOST_OUT_OF_MEMORY;
-    }
-    ctx->stats.num_managed_fallbacks++;
-    ctx->stats.managed_bytes += (int64_t)size;
-    pthread_mutex_unlock(&ctx->mu);
     (void)ctx->be->managed_prefetch(ctx, p, size, 1, stream);
     gm__log(ctx, GM_LOG_INFO, "gm_alloc: %zu bytes served by unified memory (the device is full)", size);
     *out = p;
@@ -3585,15 +3839,10 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     int pl, ps;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
-    if (!b || b->owner != owner) {
-        size_t n = b ? 0 : (size_t)(uintptr_t)gm__map_del(&ctx->managed, (uintptr_t)ptr);
-        gm_result r = n ? GM_OK : gm__diagnose(ctx, ptr, "gm_free");
-        ctx->stats.managed_bytes -= (int64_t)n;
-        pthread_mutex_unlock(&ctx->mu);
-        if (n) { /* unified memory: freed once no stream can still use it */
-            ctx->be->device_sync(ctx);
-            r = ctx->be->managed_free(ctx, ptr, n);
-        }
+    if (!b || b->owner != owner) { /* unified memory of the owner's, or a mistake */
+        gm_result r = b ? GM_ERR_FOREIGN_POINTER : gm__managed_put(ctx, ptr, owner);
+        if (r != GM_OK) r = gm__diagnose(ctx, ptr, "gm_free");
+        gm__unlock(ctx);
         return r;
     }
     gm__map_del(&ctx->map, (uintptr_t)ptr);
@@ -3634,7 +3883,7 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     } else {
         gm__free_block(ctx, b);
     }
-    pthread_mutex_unlock(&ctx->mu);
+    gm__unlock(ctx);
     return GM_OK;
 }
 
@@ -3655,9 +3904,13 @@ static gm_result gm__record_stream(gm_context* ctx, void* ptr, gm_stream stream,
     gm_result r;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
-    if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr)) { /* unified memory: gm_free waits for the device */
-        pthread_mutex_unlock(&ctx->mu);
-        return GM_OK;
+    if (!b) { /* unified memory: its free waits for this stream too */
+        gm__mblock* m = (gm__mblock*)gm__map_get(&ctx->managed, (uintptr_t)ptr);
+        if (m && m->owner == owner && (r = gm__ss_index(ctx, stream, &si)) == GM_OK) gm__managed_use(m, stream);
+        if (m && m->owner == owner) {
+            pthread_mutex_unlock(&ctx->mu);
+            return r;
+        }
     }
     if (!b || b->owner != owner) r = gm__diagnose(ctx, ptr, "gm_record_stream");
     else r = gm__ss_index(ctx, stream, &si);
@@ -3692,7 +3945,9 @@ GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
     pthread_mutex_lock(&ctx->mu);
     gm__wait_all(ctx);
     gm__release(ctx, 1, 0);
-    pthread_mutex_unlock(&ctx->mu);
+    gm__managed_poll(ctx); /* freed unified memory whose streams are done goes too */
+    gm__managed_trim(ctx, 0);
+    gm__unlock(ctx);
     return GM_OK;
 }
 
@@ -3704,8 +3959,9 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (b && b->owner == GM__OWN_USER) *size = b->size;
-    else if (gm__map_get(&ctx->managed, (uintptr_t)ptr))
-        *size = (size_t)(uintptr_t)gm__map_get(&ctx->managed, (uintptr_t)ptr);
+    else if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr) &&
+             ((gm__mblock*)gm__map_get(&ctx->managed, (uintptr_t)ptr))->owner == GM__OWN_USER)
+        *size = ((gm__mblock*)gm__map_get(&ctx->managed, (uintptr_t)ptr))->size;
     else r = gm__diagnose(ctx, ptr, "gm_block_size");
     pthread_mutex_unlock(&ctx->mu);
     return r;
@@ -3928,20 +4184,27 @@ GPUMEM_API int gm_check(gm_context* ctx) {
     GM_STAT_LIST(GM__CHECK_SUM)
 #undef GM__CHECK_SUM
     bad += gm__plan_check(ctx);
-    { /* gm_alloc's unified-memory blocks: counted, and none is also a block */
+    { /* unified memory: the live blocks counted, none also a block; the cache adds up */
         int64_t m = 0;
+        size_t cached = 0;
+        const gm__mblock* mb;
         for (i = 0; i < ctx->managed.cap; i++) {
             if (!ctx->managed.keys[i]) continue;
-            m += (int64_t)(uintptr_t)ctx->managed.vals[i];
-            if (gm__map_get(&ctx->map, ctx->managed.keys[i])) {
-                gm__log(ctx, GM_LOG_ERROR, "check: %#lx is both a block and unified memory",
+            mb = (const gm__mblock*)ctx->managed.vals[i];
+            if (mb->owner == GM__OWN_USER) m += (int64_t)mb->size;
+            if (gm__map_get(&ctx->map, ctx->managed.keys[i]) || mb->p != (void*)ctx->managed.keys[i] || mb->cap < mb->size ||
+                (mb->owner != GM__OWN_USER && mb->owner != GM__OWN_TENSOR)) {
+                gm__log(ctx, GM_LOG_ERROR, "check: unified memory at %#lx is a broken record or also a block",
                         (unsigned long)ctx->managed.keys[i]);
                 bad++;
             }
         }
-        if (m != ctx->stats.managed_bytes) {
-            gm__log(ctx, GM_LOG_ERROR, "check: unified-memory blocks hold %lld bytes, the statistics say %lld",
-                    (long long)m, (long long)ctx->stats.managed_bytes);
+        for (mb = ctx->mcache; mb; mb = mb->next) cached += mb->cap;
+        for (mb = ctx->mpending; mb; mb = mb->next)
+            if (gm__map_get(&ctx->managed, (uintptr_t)mb->p)) bad++;
+        if (m != ctx->stats.managed_bytes || cached != ctx->mcached) {
+            gm__log(ctx, GM_LOG_ERROR, "check: unified-memory blocks hold %lld bytes, the statistics say %lld; %zu bytes "
+                    "cached, counted %zu", (long long)m, (long long)ctx->stats.managed_bytes, cached, ctx->mcached);
             bad++;
         }
     }
@@ -4121,19 +4384,34 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     pthread_mutex_lock(&ctx->mu);
     ctx->be->device_sync(ctx);
     gm__process_pending(ctx, 1);
+    gm__flush(ctx);
     if (ctx->map.count + ctx->managed.count + ctx->raw.count)
         gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them",
                 ctx->map.count + ctx->managed.count + ctx->raw.count);
     for (i = 0; i < ctx->raw.cap; i++)
         if (ctx->raw.keys[i]) ctx->be->dev_free(ctx, (void*)ctx->raw.keys[i], (size_t)(uintptr_t)ctx->raw.vals[i]);
-    for (i = 0; i < ctx->managed.cap; i++)
-        if (ctx->managed.keys[i])
-            ctx->be->managed_free(ctx, (void*)ctx->managed.keys[i], (size_t)(uintptr_t)ctx->managed.vals[i]);
+    for (i = 0; i < ctx->managed.cap; i++) /* the device was synchronized above */
+        if (ctx->managed.keys[i]) {
+            gm__mblock* m = (gm__mblock*)ctx->managed.vals[i];
+            m->next = ctx->mcache, ctx->mcache = m;
+        }
+    while (ctx->mpending) {
+        gm__mblock* m = ctx->mpending;
+        ctx->mpending = m->next;
+        while (m->nev) ctx->be->event_destroy(ctx, m->ev[--m->nev]);
+        m->next = ctx->mcache, ctx->mcache = m;
+    }
+    while (ctx->mcache) {
+        gm__mblock* m = ctx->mcache;
+        ctx->mcache = m->next;
+        ctx->be->managed_free(ctx, m->p, m->cap);
+        GPUMEM_FREE(m);
+    }
     for (pl = 0; pl < 2; pl++) {
         gm__seg* s;
         for (s = ctx->pool[pl].segs; s; s = s->next) {
             if (s->va) gm__vseg_close(ctx, s);
-            else ctx->be->dev_free(ctx, (void*)s->base, s->size);
+            else ctx->be->dev_free(ctx, (void*)(s->raw ? s->raw : s->base), s->raw ? s->raw_size : s->size);
         }
         gm__arena_destroy(&ctx->pool[pl]);
     }
@@ -4175,43 +4453,42 @@ GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* f, size_t* t) {
 }
 
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
-    gm_result r;
-    uint32_t i;
     if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
-    r = ctx->be->stream_create(ctx, out);
-    if (r != GM_OK) return r;
-    pthread_mutex_lock(&ctx->mu); /* a handle the backend reused is alive again */
-    for (i = 0; i < ctx->nss; i++)
-        if (ctx->ss[i].stream == *out) ctx->ss[i].dead = 0;
-    pthread_mutex_unlock(&ctx->mu);
-    return GM_OK;
+    return ctx->be->stream_create(ctx, out); /* a reused handle gets a fresh state on first use */
 }
 
-GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) {
+/* Synchronizes s and marks its state dead: what gpumem cached for it is
+   safe for every stream, and the handle, if it comes back, is a new
+   stream. Then destroys it through the backend, when asked. */
+static gm_result gm__stream_end(gm_context* ctx, gm_stream s, int destroy, const char* what) {
     gm_result r;
     uint32_t i;
+    int live = 0;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
-    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: the default stream cannot be destroyed");
-    if (!ctx->be->stream_valid(ctx, s))
-        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: unknown stream %p", (void*)s);
+    if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "%s: not the default stream", what);
     pthread_mutex_lock(&ctx->mu);
-    for (i = 0; i < ctx->nss && !(ctx->ss[i].stream == s && ctx->ss[i].dead); i++) {}
+    for (i = 0; i < ctx->nss; i++) live |= ctx->ss[i].stream == s && !ctx->ss[i].dead;
     pthread_mutex_unlock(&ctx->mu);
-    if (i < ctx->nss)
-        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_stream_destroy: stream %p was destroyed already", (void*)s);
+    if (!live && !ctx->be->stream_valid(ctx, s))
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "%s: unknown or destroyed stream %p", what, (void*)s);
     r = ctx->be->stream_sync(ctx, s);
     if (r != GM_OK) return r;
     pthread_mutex_lock(&ctx->mu);
     for (i = 0; i < ctx->nss; i++) {
         gm__sstate* e = &ctx->ss[i];
-        if (e->stream != s) continue;
+        if (e->stream != s || e->dead) continue;
         gm__fence_wait(ctx, e);
         e->dead = 1;
     }
-    r = ctx->be->stream_destroy(ctx, s);
+    if (ctx->last_ss < ctx->nss && ctx->ss[ctx->last_ss].stream == s) ctx->last_ss = ctx->nss; /* no fast path to it */
+    r = destroy ? ctx->be->stream_destroy(ctx, s) : GM_OK;
     pthread_mutex_unlock(&ctx->mu);
     return r;
 }
+
+GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream s) { return gm__stream_end(ctx, s, 1, "gm_stream_destroy"); }
+
+GPUMEM_API gm_result gm_stream_detach(gm_context* ctx, gm_stream s) { return gm__stream_end(ctx, s, 0, "gm_stream_detach"); }
 
 GPUMEM_API gm_result gm_stream_synchronize(gm_context* ctx, gm_stream s) {
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
@@ -5070,14 +5347,14 @@ static void gm__disk_drop(gm_context* ctx, gm__tensor* x) {
    gm_stream_destroy was synchronized then, so whatever it did is done. */
 static int gm__stream_alive(gm_context* ctx, gm_stream s) {
     uint32_t i;
-    int alive = 1;
+    int dead = 0, live = 0;
     if (!s) return 1;
     if (!ctx->be->stream_valid(ctx, s)) return 0;
     pthread_mutex_lock(&ctx->mu);
     for (i = 0; i < ctx->nss; i++)
-        if (ctx->ss[i].stream == s && ctx->ss[i].dead) alive = 0;
+        if (ctx->ss[i].stream == s) ctx->ss[i].dead ? dead++ : live++;
     pthread_mutex_unlock(&ctx->mu);
-    return alive;
+    return live || !dead; /* a handle handed out again is a stream again */
 }
 
 /* Gives up the device copy: frees it once every stream that used it is
@@ -5091,6 +5368,15 @@ static void gm__dev_drop(gm_context* ctx, gm__tensor* x) {
     x->dev = NULL;
     x->nused = x->used_overflow = 0;
     x->prefetched = 0;
+}
+
+/* Gives up the unified-memory copy once the streams that may use it are
+   past this point: its last user's and the copy stream. */
+static void gm__managed_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    if (gm__stream_alive(ctx, x->last)) gm__record_stream(ctx, x->managed, x->last, GM__OWN_TENSOR);
+    gm__record_stream(ctx, x->managed, tm->copy, GM__OWN_TENSOR);
+    gm__free(ctx, x->managed, GM__OWN_TENSOR);
+    x->managed = NULL;
 }
 
 static void gm__note_use(gm__tensor* x, gm_stream s) {
@@ -5383,7 +5669,7 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     x->dev = NULL;
     if (r != GM_ERR_OUT_OF_MEMORY || speculative) return r;
     if (!gm__wants_managed(ctx, x->bytes)) return r;
-    r = ctx->be->managed_alloc(ctx, &x->managed, x->bytes);
+    r = gm__managed_get(ctx, &x->managed, x->bytes, s, GM__OWN_TENSOR);
     if (r != GM_OK) {
         x->managed = NULL;
         return GM_ERR_OUT_OF_MEMORY;
@@ -5423,8 +5709,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
                 gm__record_stream(ctx, x->dev, tm->copy, GM__OWN_TENSOR);
                 gm__free(ctx, x->dev, GM__OWN_TENSOR);
             } else if (x->managed) {
-                ctx->be->device_sync(ctx);
-                ctx->be->managed_free(ctx, x->managed, x->bytes);
+                gm__managed_drop(ctx, tm, x);
             }
             x->dev = x->managed = NULL;
             x->nused = x->used_overflow = 0;
@@ -5618,10 +5903,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     gm__tier_count(tm, x, -1);
     gm__lru_del(tm, x);
     if (x->dev) gm__dev_drop(ctx, x);
-    if (x->managed) {
-        gm_device_synchronize(ctx);
-        ctx->be->managed_free(ctx, x->managed, x->bytes);
-    }
+    if (x->managed) gm__managed_drop(ctx, tm, x);
     gm__host_free(tm, x);
     gm__disk_drop(ctx, x);
     if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
@@ -5908,7 +6190,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     for (i = 0; i < tm->n; i++) {
         gm__tensor* x = &tm->t[i];
         if (x->live && x->dev) gm__free(ctx, x->dev, GM__OWN_TENSOR);
-        if (x->live && x->managed) ctx->be->managed_free(ctx, x->managed, x->bytes);
+        if (x->live && x->managed) gm__free(ctx, x->managed, GM__OWN_TENSOR); /* the device is idle */
         if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
         if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
     }

@@ -315,8 +315,55 @@ static void test_managed_fallback(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A freed unified-memory block synchronized the whole device (every free
+   past the budget a device-wide barrier): it waits for its streams
+   instead, is reused from a cache once they are done, and goes back to
+   the backend on gm_empty_cache. */
+static void test_managed_free_is_no_barrier(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_stream s, other;
+    void *a, *b, *c, *e;
+    t_gate g;
+    double t0;
+    d.device_budget = 24 * MiB;
+    d.fallback = GM_FALLBACK_MANAGED;
+    ctx = t_setup(d);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_stream_create(ctx, &other));
+    T_OK(gm_alloc(ctx, &a, 20 * MiB, s));
+    T_OK(gm_alloc(ctx, &b, 12 * MiB, s)); /* unified */
+    t_gate_init(&g);
+    T_OK(gm_launch_host(ctx, other, t_gate_wait, &g)); /* another stream, busy for a while */
+    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g));     /* b's stream too */
+    t_open_later(&g, 300);
+    t0 = t_now();
+    T_OK(gm_free(ctx, b));
+    T_CHECK(t_now() - t0 < 0.2); /* no wait for the device */
+    T_OK(gm_alloc(ctx, &c, 12 * MiB, s)); /* b's stream is not done with it: other memory */
+    T_CHECK(c != b);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_synchronize(ctx, s));
+    T_OK(gm_free(ctx, c));
+    T_OK(gm_stream_synchronize(ctx, s));
+    T_OK(gm_alloc(ctx, &e, 12 * MiB, s)); /* from the cache now */
+    T_CHECK(e == b || e == c);
+    T_EQ(st(ctx).managed_bytes, (int64_t)(12 * MiB));
+    T_OK(gm_free(ctx, e));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_empty_cache(ctx)); /* the cache goes back */
+    if (t_sim) T_EQ(((gm__sim*)ctx->bs)->managed, 0);
+    T_EQ(gm_check(ctx), 0);
+    t_gate_done(&g, 1);
+    T_OK(gm_free(ctx, a));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_stream_destroy(ctx, other));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_managed_fallback();
+    test_managed_free_is_no_barrier();
     test_stream_gone_in_hook();
     test_release_then_retry();
     test_device_refuses();
