@@ -1428,7 +1428,8 @@ typedef struct gm__sim {
     gm__sim_stream* streams;
     gm__sim_stream* def;
     gm__ptrmap maps;       /* every mapping: base -> page-rounded length + kind + 1
-                              (kind: 0 device, 1 pinned, 2 managed) */
+                              (kind: 0 device, 1 pinned, 2 managed, 3 host
+                              memory registered, the caller's mapping) */
 } gm__sim;
 
 #define GM__SIM(ctx) ((gm__sim*)(ctx)->bs)
@@ -1592,7 +1593,8 @@ static void gm__sim_shutdown(gm_context* ctx) {
     { /* what is still mapped goes back with the context */
         size_t i;
         for (i = 0; i < sim->maps.cap; i++)
-            if (sim->maps.keys[i]) munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] & ~(uintptr_t)4095));
+            if (sim->maps.keys[i] && ((uintptr_t)sim->maps.vals[i] & 4095) != 4) /* not registered memory: the caller's */
+                munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] & ~(uintptr_t)4095));
     }
     GPUMEM_FREE(sim->maps.keys);
     GPUMEM_FREE(sim->maps.vals);
@@ -1720,13 +1722,34 @@ static gm_result gm__sim_host_alloc(gm_context* c, void** o, size_t n) { return 
 static gm_result gm__sim_host_free(gm_context* c, void* p, size_t n) { return gm__sim_unmap(c, p, n, 1); }
 static gm_result gm__sim_managed_alloc(gm_context* c, void** o, size_t n) { return gm__sim_map(c, o, n, 2); }
 static gm_result gm__sim_managed_free(gm_context* c, void* p, size_t n) { return gm__sim_unmap(c, p, n, 2); }
-static gm_result gm__sim_host_register(gm_context* c, void* p, size_t n) {
-    (void)c; (void)p; (void)n;
-    return GM_OK;
+/* Registered host memory is pinned memory that the caller mapped: counted
+   and open to fault injection like cudaHostAlloc's, kept as kind 3 so the
+   sim never unmaps it. */
+static gm_result gm__sim_host_register(gm_context* ctx, void* p, size_t n) {
+    gm__sim* sim = GM__SIM(ctx);
+    size_t len = gm__page(n);
+    int ok;
+    pthread_mutex_lock(&sim->mu);
+    if (gm__sim_fault(ctx, sim, GM_SIM_FAULT_HOST_ALLOC, n)) {
+        pthread_mutex_unlock(&sim->mu);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    ok = !gm__map_get(&sim->maps, (uintptr_t)p) && gm__map_put(&sim->maps, (uintptr_t)p, (void*)(uintptr_t)(len + 4));
+    if (ok) sim->pinned += len;
+    pthread_mutex_unlock(&sim->mu);
+    return ok ? GM_OK : GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "sim: %p cannot be registered (already known?)", p);
 }
-static gm_result gm__sim_host_unregister(gm_context* c, void* p) {
-    (void)c; (void)p;
-    return GM_OK;
+static gm_result gm__sim_host_unregister(gm_context* ctx, void* p) {
+    gm__sim* sim = GM__SIM(ctx);
+    uintptr_t have;
+    pthread_mutex_lock(&sim->mu);
+    have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
+    if ((have & 4095) == 4) {
+        gm__map_del(&sim->maps, (uintptr_t)p);
+        sim->pinned -= have & ~(uintptr_t)4095;
+    }
+    pthread_mutex_unlock(&sim->mu);
+    return (have & 4095) == 4 ? GM_OK : GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "sim: %p is not registered", p);
 }
 /* Managed memory is host memory on sim: a prefetch moves no bytes but
    holds the link for as long as the migration would take. */
@@ -1744,7 +1767,7 @@ static gm_result gm__sim_managed_prefetch(gm_context* c, void* p, size_t n, int 
 /* Whether p is the base of a device or managed mapping (with sim->mu). */
 static int gm__sim_on_device(const gm__sim* sim, const void* p) {
     uintptr_t have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
-    return have && (have & 4095) != 2; /* kind + 1: 1 device, 3 managed; 2 is pinned host */
+    return (have & 4095) == 1 || (have & 4095) == 3; /* kind + 1: 1 device, 3 managed */
 }
 
 static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind kind,
@@ -4663,6 +4686,31 @@ static uint32_t gm__crc32c(uint32_t crc, const void* p, size_t n) {
     return ~gm__crc32c_sw(c, (const unsigned char*)p, n);
 }
 
+/* Pinned host memory gpumem maps itself (an anonymous mapping, registered
+   with the backend: cudaHostRegister), for the disk tier's staging and the
+   host tier's pool. cudaHostAlloc's memory is a shared mapping of the
+   driver's device file, which io_uring refuses to register; this is not. */
+static gm_result gm__pinned_alloc(gm_context* ctx, void** out, size_t n) {
+    void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    gm_result r;
+    if (p == MAP_FAILED) {
+        gm__log(ctx, GM_LOG_WARN, "cannot map %zu bytes of host memory: %s", n, strerror(errno));
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    r = ctx->be->host_register(ctx, p, n);
+    if (r != GM_OK) {
+        munmap(p, n);
+        return r == GM_ERR_OUT_OF_MEMORY || r == GM_ERR_BACKEND ? GM_ERR_HOST_OUT_OF_MEMORY : r;
+    }
+    *out = p;
+    return GM_OK;
+}
+
+static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
+    ctx->be->host_unregister(ctx, p);
+    munmap(p, n);
+}
+
 /* >>disk ------------------------------------------------------------------
    The spill file and its I/O, for the tiered manager (which calls in with
    its lock held, so one transfer runs at a time). Invariants:
@@ -4803,7 +4851,7 @@ static void gm__disk_close(gm_context* ctx) {
     if (dk->slot)
         for (i = 0; i < dk->depth; i++)
             if (dk->slot[i].ev) ctx->be->event_destroy(ctx, dk->slot[i].ev);
-    if (dk->staging) ctx->be->host_free(ctx, dk->staging, dk->chunk * (size_t)dk->depth);
+    if (dk->staging) gm__pinned_free(ctx, dk->staging, dk->chunk * (size_t)dk->depth);
     if (dk->fd >= 0) close(dk->fd);
     gm__arena_destroy(&dk->ar);
     GPUMEM_FREE(dk->slot);
@@ -4862,7 +4910,7 @@ static gm_result gm__disk_open(gm_context* ctx) {
     gm__arena_init(&dk->ar, dk->align, NULL, 0);
     dk->slot = (gm__dslot*)gm__calloc((size_t)dk->depth * sizeof *dk->slot);
     dk->pend = (int*)gm__calloc((size_t)dk->depth * 2 * sizeof *dk->pend);
-    if (!dk->slot || !dk->pend || ctx->be->host_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->depth) != GM_OK) {
+    if (!dk->slot || !dk->pend || gm__pinned_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->depth) != GM_OK) {
         dk->staging = NULL;
         gm__log(ctx, GM_LOG_ERROR, "disk: no host memory for %d staging buffers of %zu bytes", dk->depth, dk->chunk);
         gm__disk_close(ctx);
@@ -5304,9 +5352,9 @@ static gm_tensor gm__handle(const gm_context* ctx, uint32_t gen, uint32_t i) {
 static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
     gm__tier* tm = (gm__tier*)owner;
     void* p;
-    if (ctx->be->host_alloc(ctx, &p, bytes) != GM_OK) return 0;
+    if (gm__pinned_alloc(ctx, &p, bytes) != GM_OK) return 0;
     if (!gm__arena_add(&tm->host, (uintptr_t)p, bytes, 1)) {
-        ctx->be->host_free(ctx, p, bytes);
+        gm__pinned_free(ctx, p, bytes);
         return 0;
     }
     tm->host_reserved += bytes;
@@ -6194,7 +6242,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
         if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
         if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
     }
-    for (s = tm->host.segs; s; s = s->next) ctx->be->host_free(ctx, (void*)s->base, s->size);
+    for (s = tm->host.segs; s; s = s->next) gm__pinned_free(ctx, (void*)s->base, s->size);
     gm__arena_destroy(&tm->host);
     if (tm->sync_ev) ctx->be->event_destroy(ctx, tm->sync_ev);
     ctx->be->stream_destroy(ctx, tm->copy);
