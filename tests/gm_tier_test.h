@@ -1,7 +1,8 @@
 /* Helpers of the tier tests: "kernels" (host functions on a stream) that
    fill or check a tensor's bytes from a seed, and the randomized
-   differential walk against a model, with gm_check after every step. Sim
-   only: the kernels read and write device memory from the host. */
+   differential walk against a model, with gm_check after every step. On
+   sim the kernels read and write device memory from the host; on CUDA,
+   where that faults, they copy through pinned staging on the stream. */
 #ifndef GM_TIER_TEST_H
 #define GM_TIER_TEST_H
 #include "gm_test.h"
@@ -39,6 +40,7 @@ static void kernel(void* arg) {
     free(j);
 }
 
+#ifndef GM_TEST_CUDA
 static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned seed, int write) {
     job* j = (job*)malloc(sizeof *j);
     j->p = (unsigned char*)p;
@@ -47,6 +49,54 @@ static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned s
     j->write = write;
     return gm_launch_host(ctx, s, kernel, j);
 }
+#else
+/* CUDA: host code cannot touch device memory, so a "kernel" is a copy on
+   the stream from or into pinned staging, and the host function checks
+   the staged bytes. Staging is one registered arena, reused once the
+   device is idle. */
+#include <cuda_runtime_api.h>
+#include <sys/mman.h>
+#define T_STAGE ((size_t)256 << 20)
+static unsigned char* t_stage;
+static size_t t_stage_used;
+static unsigned char* t_stage_get(gm_context* ctx, size_t n) {
+    unsigned char* p;
+    if (!t_stage) {
+        void* m = mmap(NULL, T_STAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED || cudaHostRegister(m, T_STAGE, cudaHostRegisterDefault) != cudaSuccess) return NULL;
+        t_stage = (unsigned char*)m;
+    }
+    n = (n + 255) / 256 * 256;
+    if (n > T_STAGE) return NULL;
+    if (t_stage_used + n > T_STAGE) { /* every copy from or into it is done */
+        gm_device_synchronize(ctx);
+        t_stage_used = 0;
+    }
+    p = t_stage + t_stage_used;
+    t_stage_used += n;
+    return p;
+}
+
+static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned seed, int write) {
+    unsigned char* h = t_stage_get(ctx, n);
+    job* j;
+    size_t i;
+    gm_result r;
+    if (!h) return GM_ERR_HOST_OUT_OF_MEMORY;
+    if (write) {
+        for (i = 0; i < n; i++) h[i] = pat(seed, i);
+        return gm_memcpy_async(ctx, p, h, n, GM_COPY_HOST_TO_DEVICE, s);
+    }
+    r = gm_memcpy_async(ctx, h, p, n, GM_COPY_DEVICE_TO_HOST, s);
+    if (r != GM_OK) return r;
+    j = (job*)malloc(sizeof *j);
+    j->p = h;
+    j->n = n;
+    j->seed = seed;
+    j->write = 0;
+    return gm_launch_host(ctx, s, kernel, j);
+}
+#endif
 
 static long errors_now(gm_context* ctx) {
     long e;
