@@ -556,6 +556,13 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr);
 GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stream);
 /* Waits for pending frees and gives every entirely free segment back. */
 GPUMEM_API gm_result gm_empty_cache(gm_context* ctx);
+/* Changes the budget while running (as PyTorch's
+   set_per_process_memory_fraction): at most the device's memory. Below what
+   is reserved now, the cache gives back what it can at once (waiting for
+   nothing); memory in use stays, and nothing new is reserved until the
+   total is under the budget. Expandable segments keep the address range
+   sized by the budget they were opened with. */
+GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes);
 /* Size of the block the allocator holds for ptr: the request rounded to
    512 bytes, or more when the rest of a block was too small to split off. */
 GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* size);
@@ -935,6 +942,7 @@ struct gm_context {
     void* bs;               /* backend state */
     size_t total;           /* device memory */
     size_t budget;          /* what the allocator may reserve */
+    size_t budget_slack;    /* reserved above the budget when it was last lowered */
     pthread_mutex_t mu;
     gm__arena pool[2];      /* 0: small, 1: large */
     gm__ptrmap map;         /* allocated blocks by address */
@@ -3974,6 +3982,21 @@ GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
     return GM_OK;
 }
 
+GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes) {
+    int64_t resv;
+    if (GM__BAD_CTX(ctx) || !bytes) return GM_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&ctx->mu);
+    ctx->budget = bytes < ctx->total ? bytes : ctx->total;
+    ctx->desc.device_budget = ctx->budget;
+    ctx->desc.device_budget_fraction = 0;
+    gm__release(ctx, 0, (int64_t)ctx->budget);
+    resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+    ctx->budget_slack = (uint64_t)resv > (uint64_t)ctx->budget ? (size_t)resv - ctx->budget : 0; /* reserved only falls */
+    gm__log(ctx, GM_LOG_INFO, "budget: %zu bytes (%lld reserved)", ctx->budget, (long long)resv);
+    gm__unlock(ctx);
+    return GM_OK;
+}
+
 GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* size) {
     gm__block* b;
     gm_result r = GM_OK;
@@ -4280,7 +4303,7 @@ GPUMEM_API int gm_check(gm_context* ctx) {
         gm__log(ctx, GM_LOG_ERROR, "check: pending list out of step with the blocks");
         bad++;
     }
-    if ((uint64_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current > (uint64_t)ctx->budget) {
+    if ((uint64_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current > (uint64_t)ctx->budget + ctx->budget_slack) {
         gm__log(ctx, GM_LOG_ERROR, "check: reserved memory exceeds the budget");
         bad++;
     }

@@ -503,8 +503,44 @@ static void test_two_contexts(void) {
     T_OK(gm_shutdown(b));
 }
 
+/* gm_set_budget: lower, memory in use stays and nothing new is reserved
+   until the total is under; the cache goes back at once; raised again,
+   growth resumes; never above the device. */
+static void test_set_budget(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void *a, *b, *c;
+    d.device_budget = 64 * MiB;
+    ctx = t_setup(d);
+    T_OK(gm_alloc(ctx, &a, 4 * MiB, NULL)); /* a 20 MiB segment */
+    T_OK(gm_alloc(ctx, &b, 30 * MiB, NULL)); /* a 30 MiB one */
+    T_OK(gm_set_budget(ctx, 10 * MiB));
+    T_EQ(gm_query_desc(ctx).device_budget, 10 * MiB);
+    T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, 50 * (int64_t)MiB); /* in use: stays */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_alloc(ctx, &c, 2 * MiB, NULL)); /* from the cache (the large segment) */
+    T_OK(gm_free(ctx, c));
+    T_EQ(gm_alloc(ctx, &c, 17 * MiB, NULL), GM_ERR_OUT_OF_MEMORY); /* a new segment: over */
+    T_OK(gm_free(ctx, b));
+    T_OK(gm_set_budget(ctx, 10 * MiB)); /* the free 30 MiB segment goes */
+    T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, 20 * (int64_t)MiB);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, a));
+    T_OK(gm_set_budget(ctx, 40 * MiB));
+    T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, 20 * (int64_t)MiB); /* under it: kept */
+    T_OK(gm_alloc(ctx, &b, 10 * MiB, NULL));
+    T_OK(gm_free(ctx, b));
+    T_OK(gm_set_budget(ctx, (size_t)1 << 62)); /* the device's memory at most */
+    T_CHECK(gm_query_desc(ctx).device_budget < ((size_t)1 << 62));
+    T_EQ(gm_set_budget(ctx, 0), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_set_budget(NULL, MiB), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_two_contexts();
+    test_set_budget();
     test_edge_sizes();
     test_segment_sizes();
     test_reuse_without_new_segments();
