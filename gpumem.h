@@ -544,6 +544,13 @@ GPUMEM_API void gm_log_stderr(gm_log_level level, const char* message, void* use
    GM_ERR_INVALID_STREAM for a stream the backend does not know, and
    GM_ERR_INVALID_ARGUMENT for NULL ctx or out. */
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream);
+/* gm_alloc with flags. GM_ALLOC_NO_SYNC: the stream may be capturing a
+   CUDA graph, so the request is served only from the cache or a new
+   segment (cudaMalloc, which capture allows in relaxed mode): no
+   synchronization, no event recorded on any stream, no eviction, no hook;
+   otherwise GM_ERR_OUT_OF_MEMORY. gm_alloc is gm_alloc_ex with 0. */
+enum { GM_ALLOC_NO_SYNC = 1 };
+GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags);
 /* Returns the block to the cache, on the stream it was allocated on.
    gm_free(ctx, NULL) is GM_OK. A pointer freed twice gives
    GM_ERR_DOUBLE_FREE, a pointer not from gm_alloc GM_ERR_FOREIGN_POINTER
@@ -963,6 +970,7 @@ struct gm_context {
     void* plan;             /* planned mode (gm__plan), or NULL */
     void* disk;             /* the spill file (gm__disk), or NULL */
     gm_result dev_err;      /* the ladder: a device error that is not out-of-memory (it stops) */
+    int nosync;             /* a GM_ALLOC_NO_SYNC request is being served: no fence is recorded */
     struct gm__dfree* dfree; /* device memory to give back once the lock is dropped */
     size_t ndfree, capdfree;
     struct gm__mblock *mpending, *mcache; /* unified memory freed: waiting for its streams, then cached */
@@ -2920,7 +2928,7 @@ static void gm__fence_need(gm_context* ctx, gm__sstate* s) {
     uint64_t need = s->dirty_epoch;
     void* ev;
     uint32_t slot;
-    if (s->dead || need <= s->safe_epoch) return;
+    if (s->dead || need <= s->safe_epoch || ctx->nosync) return;
     if (s->fcount && s->fep[(s->fhead + s->fcount - 1) % GM__FENCES] >= need) return;
     if (s->fcount == GM__FENCES || gm__ev_get(ctx, &ev) != GM_OK) return;
     if (ctx->be->event_record(ctx, ev, s->stream) != GM_OK) {
@@ -3094,6 +3102,7 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
     if (k) {
         int64_t need = (int64_t)(k * v->gran);
         const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
+        if (ctx->nosync) wait = 0;
         if (res->current + need > res->peak) gm__va_trim(ctx, res->peak - need, wait);
         if (ctx->desc.gc_threshold > 0 &&
             (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
@@ -3523,10 +3532,12 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 /* Steps 1b to 7 of the ladder, with the lock held on entry and exit (it is
    dropped around the tier manager and the user hook). An expandable block
    comes back with its pages committed. */
+#define GM__A_QUIET 1u  /* a speculative request (a prefetch): no user hook, no OOM counted or logged */
+#define GM__A_NOSYNC 2u /* GM_ALLOC_NO_SYNC */
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
-                             int quiet, gm_result* err) {
+                             unsigned flags, gm_result* err) {
     gm__block* b;
-    int rounds;
+    int rounds, quiet = (flags & GM__A_QUIET) != 0;
     *err = GM_ERR_OUT_OF_MEMORY;
     ctx->dev_err = GM_OK;
 /* a block, or on a device error no further rung */
@@ -3537,6 +3548,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
     } while (0)
     for (rounds = 0; rounds < 4; rounds++) {
         GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
+        if (flags & GM__A_NOSYNC) break; /* the rest waits, records events or gives memory back */
         ctx->stats.num_alloc_retries++;
         GM__RUNG(gm__release(ctx, 0, 0) && (gm__flush(ctx), 1), gm__attempt(ctx, pl, *si, rsize, 0));
         gm__wait_all(ctx);
@@ -3585,10 +3597,9 @@ fault:
     return NULL;
 }
 
-/* quiet: a speculative request (a prefetch): no user hook, not counted or
-   logged as an out-of-memory when it cannot be served. owner and tag: who
-   will hold the block (GM__OWN_*, and a tensor's handle id). */
-static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, int quiet, int owner,
+/* flags: GM__A_*. owner and tag: who will hold the block (GM__OWN_*, and a
+   tensor's handle id). */
+static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags, int owner,
                            uint32_t tag) {
     size_t rsize;
     int pl, ps;
@@ -3613,10 +3624,12 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
         gm__unlock(ctx);
         return r;
     }
-    if (ctx->pending) gm__process_pending(ctx, 0);
+    ctx->nosync = (flags & GM__A_NOSYNC) != 0;
+    if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
-    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, quiet, &r); /* a device error stops it */
+    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
+    ctx->nosync = 0;
     if (!b) {
         gm__unlock(ctx);
         return r;
@@ -3821,15 +3834,19 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
     return GM_OK;
 }
 
-GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
     gm_result r;
-    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
     if (out && size && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_alloc(ctx, out, size, stream))
         return GM_OK;
-    r = gm__alloc(ctx, out, size, stream, 0, GM__OWN_USER, 0);
-    if (r == GM_ERR_OUT_OF_MEMORY) r = gm__alloc_managed(ctx, out, size, stream);
+    r = gm__alloc(ctx, out, size, stream, flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0, GM__OWN_USER, 0);
+    if (r == GM_ERR_OUT_OF_MEMORY && !(flags & GM_ALLOC_NO_SYNC)) r = gm__alloc_managed(ctx, out, size, stream);
     if (r == GM_OK && *out && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) gm__plan_note_alloc(ctx, *out, size, stream);
     return r;
+}
+
+GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+    return gm_alloc_ex(ctx, out, size, stream, 0);
 }
 
 /* Why ptr is not a block `owner` may free, with mu held: another owner's
@@ -5732,7 +5749,7 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
    prefetched to the device on s unless bytes are to be copied in first. */
 static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int prefetch) {
-    gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative, GM__OWN_TENSOR, gm__handle_id(tm, x));
+    gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative ? GM__A_QUIET : 0u, GM__OWN_TENSOR, gm__handle_id(tm, x));
     if (r == GM_OK) {
         x->alloc_stream = s;
         return GM_OK;
@@ -5935,7 +5952,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
     /* not gm_alloc: its own fallback would hide the tiers below */
-    r = gm__alloc(ctx, &x->dev, bytes, NULL, 0, GM__OWN_TENSOR, gm__handle_id(tm, x));
+    r = gm__alloc(ctx, &x->dev, bytes, NULL, 0u, GM__OWN_TENSOR, gm__handle_id(tm, x));
     if (r == GM_ERR_OUT_OF_MEMORY) {
         x->dev = NULL;
         x->host = gm__host_room(ctx, tm, bytes, x);
@@ -7539,7 +7556,7 @@ static gm_result gm__plan_build(gm_context* ctx) {
         if (r == GM_OK && m) r = gm_plan_pack(q, m, GM__ROUND, &region);
         if (r == GM_OK && m) { /* the recorded step's blocks wait in the cache: the region replaces them */
             gm_empty_cache(ctx);
-            r = gm__alloc(ctx, &base, (size_t)region, stream, 0, GM__OWN_PLAN, 0);
+            r = gm__alloc(ctx, &base, (size_t)region, stream, 0u, GM__OWN_PLAN, 0);
         }
         /* conflicts, counted per request (cnt, in idx's order) */
         if (r == GM_OK) {

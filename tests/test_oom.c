@@ -361,8 +361,44 @@ static void test_managed_free_is_no_barrier(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* GM_ALLOC_NO_SYNC (a stream capturing a CUDA graph): served from the
+   cache or a new segment, or refused at once; it never waits for a
+   pending free as the ladder does. */
+static void test_alloc_no_sync(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_stream s1, s2;
+    void *a, *b;
+    t_gate g;
+    double t0;
+    d.device_budget = 20 * MiB;
+    ctx = t_setup(d);
+    T_OK(gm_stream_create(ctx, &s1));
+    T_OK(gm_stream_create(ctx, &s2));
+    T_OK(gm_alloc_ex(ctx, &a, 18 * MiB, s1, GM_ALLOC_NO_SYNC)); /* a new segment: fine */
+    t_gate_init(&g);
+    T_OK(gm_launch_host(ctx, s2, t_gate_wait, &g));
+    T_OK(gm_record_stream(ctx, a, s2)); /* s2 still uses it */
+    T_OK(gm_free(ctx, a));
+    t_open_later(&g, 300);
+    t0 = t_now();
+    T_EQ(gm_alloc_ex(ctx, &b, 18 * MiB, s1, GM_ALLOC_NO_SYNC), GM_ERR_OUT_OF_MEMORY);
+    T_CHECK(t_now() - t0 < 0.2); /* refused, not waited for */
+    T_OK(gm_alloc(ctx, &b, 18 * MiB, s1)); /* the ladder waits for s2 */
+    T_CHECK(t_now() - t0 > 0.2);
+    T_CHECK(b == a);
+    T_EQ(gm_alloc_ex(ctx, &a, 100, s1, 2), GM_ERR_INVALID_ARGUMENT); /* an unknown flag */
+    T_OK(gm_free(ctx, b));
+    T_EQ(gm_check(ctx), 0);
+    t_gate_done(&g, 1);
+    T_OK(gm_stream_destroy(ctx, s1));
+    T_OK(gm_stream_destroy(ctx, s2));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_managed_fallback();
+    test_alloc_no_sync();
     test_managed_free_is_no_barrier();
     test_stream_gone_in_hook();
     test_release_then_retry();
