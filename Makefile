@@ -35,7 +35,7 @@ TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 # Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
 # suite replays their kept inputs on every build (sim only).
 FUZZ     := options setup rmm lifetimes packing snapshot
-SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ))
+SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ)) test_torch_names
 B        := build
 
 .PHONY: all tools test test-sim test-cuda asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
@@ -54,6 +54,13 @@ FUZZ_DEPS := tests/fuzz/fuzz.h tests/fuzz/fuzz_trace.h gpumem.h tools/gm_trace.h
 $(B)/sim/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -D_GNU_SOURCE $(CFLAGS) -DGPUMEM_PLAN_SEARCH=1000000 -I. $< -o $@ $(LDLIBS)
+
+# The PyTorch helper's names, against the torch installed here (python3,
+# if any: a note otherwise).
+$(B)/sim/test_torch_names: tests/test_torch_names.py examples/torch_allocator/gpumem_torch.py
+	@mkdir -p $(dir $@)
+	@printf '#!/bin/sh\nif command -v python3 >/dev/null 2>&1; then exec python3 tests/test_torch_names.py; fi\necho "note: no python3: the PyTorch helper was not checked"\necho "0 passed, 0 failed"\n' > $@
+	@chmod +x $@
 
 $(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 	@mkdir -p $(dir $@)

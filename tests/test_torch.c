@@ -21,6 +21,12 @@ static const char* (*t_last_error)(void);
 static int (*t_tstats)(int, long long*);
 static size_t (*t_summary)(int, char*, size_t);
 static int (*t_shutdown)(void);
+static void (*t_record_stream)(void*, void*);
+static void (*t_empty_cache)(void);
+static void (*t_set_fraction)(double, int);
+static void (*t_init)(int);
+static int (*t_get_stats)(int, gm_stats*);
+static size_t (*t_stats_size)(void);
 
 /* The library beside the test's directory: build/sim/test_torch loads
    build/sim/../libgm_torch.so (the Makefile builds it there). */
@@ -169,6 +175,37 @@ static void test_threads(void) {
     T_EQ(stat_of(4), 0);
 }
 
+/* The hooks of global mode: record_stream, empty_cache, the memory
+   fraction, init; and gpumem's own statistics. */
+static void test_hooks(void) {
+    void *a, *b;
+    gm_stats s;
+    conf("budget:256M");
+    t_init(1);
+    T_EQ(t_stats_size(), sizeof(gm_stats));
+    T_EQ(t_get_stats(0, &s), -1); /* no context yet */
+    t_set_fraction(32.0 * MiB / (16.0 * 1024 * MiB), 0); /* of the sim's 16 GiB: 32 MiB, set before the context */
+    a = t_malloc((ssize_t)(24 * MiB), 0, NULL);
+    T_CHECK(a != NULL);
+    T_EQ(t_get_stats(0, &s), 0);
+    T_EQ(s.allocated_bytes[GM_STAT_ALL].current, 24 * (int64_t)MiB);
+    b = t_malloc((ssize_t)(24 * MiB), 0, NULL); /* past the fraction: unified memory */
+    T_CHECK(b != NULL);
+    T_EQ(t_get_stats(0, &s), 0);
+    T_EQ(s.managed_bytes, 24 * (int64_t)MiB);
+    t_record_stream(a, NULL); /* its own stream: nothing to wait for */
+    t_record_stream(&s, NULL);  /* not ours: reported, ignored */
+    t_free(b, (ssize_t)(24 * MiB), 0, NULL);
+    t_free(a, (ssize_t)(24 * MiB), 0, NULL);
+    T_EQ(t_get_stats(0, &s), 0);
+    T_CHECK(s.reserved_bytes[GM_STAT_ALL].current > 0); /* cached */
+    t_empty_cache();
+    T_EQ(t_get_stats(0, &s), 0);
+    T_EQ(s.reserved_bytes[GM_STAT_ALL].current, 0);
+    t_set_fraction(2.0, 0); /* out of range: ignored */
+    T_EQ(t_failures(), 0);
+}
+
 int main(void) {
     void* lib;
     /* the library reports every failure on stderr, by design: quiet here */
@@ -187,13 +224,22 @@ int main(void) {
     SYM(t_tstats, "gm_torch_stats");
     SYM(t_summary, "gm_torch_summary");
     SYM(t_shutdown, "gm_torch_shutdown");
-    if (!t_malloc || !t_free || !t_failures || !t_last_error || !t_tstats || !t_summary || !t_shutdown) return t_done();
+    SYM(t_record_stream, "gm_torch_record_stream");
+    SYM(t_empty_cache, "gm_torch_empty_cache");
+    SYM(t_set_fraction, "gm_torch_set_memory_fraction");
+    SYM(t_init, "gm_torch_init");
+    SYM(t_get_stats, "gm_torch_get_stats");
+    SYM(t_stats_size, "gm_torch_stats_size");
+    if (!t_malloc || !t_free || !t_failures || !t_last_error || !t_tstats || !t_summary || !t_shutdown ||
+        !t_record_stream || !t_empty_cache || !t_set_fraction || !t_init || !t_get_stats || !t_stats_size)
+        return t_done();
     /* only gm_torch_* is exported: the library's copy of gpumem stays inside */
     T_CHECK(dlsym(lib, "gm_alloc") == NULL);
     test_budget_then_unified();
     test_failure_path();
     test_abort();
     test_threads();
+    test_hooks();
     T_EQ(t_shutdown(), 0);
     dlclose(lib);
     return t_done();

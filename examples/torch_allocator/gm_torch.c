@@ -1,10 +1,34 @@
 /* gm_torch.c -- gpumem as PyTorch's CUDA allocator, through
-   torch.cuda.memory.CUDAPluggableAllocator (see train.py beside it).
+   torch.cuda.memory.CUDAPluggableAllocator; gpumem_torch.py beside it
+   installs it (train.py uses that).
 
    Build (make torch-allocator):
      cc -O2 -shared -fPIC -DGPUMEM_CUDA -I. -I$CUDA_HOME/include \
         examples/torch_allocator/gm_torch.c -o build/libgm_torch.so \
         -L$CUDA_HOME/lib64 -lcudart -pthread
+
+   Two ways to install it (gpumem_torch.py does either):
+     MemPool mode (the default): PyTorch's own caching allocator stays
+       global, and a torch.cuda.MemPool backed by gm_torch_malloc and
+       gm_torch_free takes the allocations made inside
+       `with torch.cuda.use_mem_pool(pool)`. PyTorch asks us for whole
+       segments and keeps record_stream, CUDA graphs, out-of-memory
+       exceptions, statistics and snapshots working; gm_torch_malloc
+       returns NULL only after gpumem's own eviction and fallback, and
+       PyTorch raises torch.OutOfMemoryError.
+     Global mode (opt-in): change_current_allocator makes gpumem PyTorch's
+       only allocator. Then PyTorch ignores record_stream unless
+       gm_torch_record_stream is set as its hook, empty_cache does nothing
+       unless gm_torch_empty_cache is, set_per_process_memory_fraction needs
+       gm_torch_set_memory_fraction, and memory_stats, memory_allocated,
+       snapshots, cudnn.benchmark's cache info, CUDA graphs and IPC raise or
+       break: those are PyTorch's limits for any pluggable allocator.
+
+   gm_torch_malloc is safe while its stream captures a CUDA graph: it then
+   serves only from the cache or a new segment, with no synchronization and
+   no work on any stream (gm_alloc_ex with GM_ALLOC_NO_SYNC). gm_torch_free
+   honours the stream it is given: the memory is reused on another stream
+   only once the work queued there has completed.
 
    One gpumem context per device, made on the first request for it.
    Configure with the environment, read then:
@@ -19,12 +43,12 @@
    budget are served by unified memory instead of failing: the run gets
    slower, not killed.
 
-   PyTorch does not check the pointer a pluggable allocator returns: a NULL
-   becomes a tensor at address 0 and the first kernel that touches it
-   faults. So a failure is logged here with its size and reason, counted in
-   gm_torch_failures(), and described by gm_torch_last_error(); train.py
-   checks the count after every step and raises a MemoryError with that
-   text. GM_TORCH_ON_FAIL=abort stops at the failing request instead. */
+   In global mode PyTorch does not check the pointer a pluggable allocator
+   returns: a NULL becomes a tensor at address 0 and the first kernel that
+   touches it faults. So a failure is logged here with its size and reason,
+   counted in gm_torch_failures(), and described by gm_torch_last_error();
+   train.py checks the count after every step and raises a MemoryError with
+   that text. GM_TORCH_ON_FAIL=abort stops at the failing request instead. */
 #define GPUMEM_IMPLEMENTATION
 #include "gpumem.h"
 #include <stdio.h>
@@ -44,6 +68,8 @@ enum { GM_TORCH_MAX_DEVICES = 64 };
 static pthread_mutex_t gm_torch_mu = PTHREAD_MUTEX_INITIALIZER;   /* the contexts */
 static pthread_mutex_t gm_torch_errmu = PTHREAD_MUTEX_INITIALIZER; /* the error text */
 static gm_context* gm_torch_ctx[GM_TORCH_MAX_DEVICES];
+static double gm_torch_fraction[GM_TORCH_MAX_DEVICES]; /* set before the context was made; 0: none */
+static gm__ptrmap gm_torch_dev; /* pointer -> device + 1 of the live blocks, for record_stream (under gm_torch_mu) */
 static int gm_torch_sim;
 static unsigned long long gm_torch_nfail;
 static char gm_torch_err[640];   /* the last failure, for gm_torch_last_error */
@@ -99,6 +125,11 @@ static gm_context* gm_torch_get(int device) {
         return NULL;
     }
     __atomic_store_n(&gm_torch_sim, gm_query_desc(gm_torch_ctx[device]).backend == GM_BACKEND_SIM, __ATOMIC_RELAXED);
+    if (gm_torch_fraction[device] > 0) {
+        size_t f = 0, t = 0;
+        if (gm_mem_info(gm_torch_ctx[device], &f, &t) == GM_OK)
+            gm_set_budget(gm_torch_ctx[device], (size_t)(gm_torch_fraction[device] * (double)t));
+    }
     return gm_torch_ctx[device];
 }
 
@@ -114,26 +145,113 @@ GM_TORCH_API void* gm_torch_malloc(ssize_t size, int device, cudaStream_t stream
     ctx = gm_torch_get(device);
     pthread_mutex_unlock(&gm_torch_mu);
     if (!ctx) return gm_torch_fail(size, device, "no gpumem context for this device");
-    r = gm_alloc(ctx, &p, (size_t)size, __atomic_load_n(&gm_torch_sim, __ATOMIC_RELAXED) ? NULL : (gm_stream)stream);
+    if (__atomic_load_n(&gm_torch_sim, __ATOMIC_RELAXED)) {
+        r = gm_alloc(ctx, &p, (size_t)size, NULL);
+    } else {
+        unsigned flags = 0;
+#ifdef GPUMEM_CUDA
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) (void)cudaGetLastError();
+        if (cs != cudaStreamCaptureStatusNone) flags = GM_ALLOC_NO_SYNC; /* a graph is being captured */
+#endif
+        r = gm_alloc_ex(ctx, &p, (size_t)size, (gm_stream)stream, flags);
+    }
     if (r != GM_OK || !p) return gm_torch_fail(size, device, gm_result_string(r));
+    pthread_mutex_lock(&gm_torch_mu);
+    if (!gm__map_put(&gm_torch_dev, (uintptr_t)p, (void*)(uintptr_t)(device + 1))) {
+        pthread_mutex_unlock(&gm_torch_mu);
+        gm_free(ctx, p);
+        return gm_torch_fail(size, device, "out of host memory");
+    }
+    pthread_mutex_unlock(&gm_torch_mu);
     return p;
 }
 
 GM_TORCH_API void gm_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream) {
     gm_context* ctx;
     gm_result r;
-    (void)stream; /* the block belongs to the stream it was allocated on */
     if (!ptr || device < 0 || device >= GM_TORCH_MAX_DEVICES) return;
     pthread_mutex_lock(&gm_torch_mu);
     ctx = gm_torch_ctx[device];
+    gm__map_del(&gm_torch_dev, (uintptr_t)ptr);
     pthread_mutex_unlock(&gm_torch_mu);
     if (!ctx) {
         fprintf(stderr, "gpumem: gm_torch_free: %p on device %d, which has no context\n", ptr, device);
         return;
     }
+    if (!__atomic_load_n(&gm_torch_sim, __ATOMIC_RELAXED)) { /* reused elsewhere only once the work queued here is done */
+        int capturing = 0;
+#ifdef GPUMEM_CUDA
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess) (void)cudaGetLastError();
+        capturing = cs != cudaStreamCaptureStatusNone; /* no event on a capturing stream: the graph's order holds */
+#endif
+        if (!capturing) (void)gm_record_stream(ctx, ptr, (gm_stream)stream);
+    }
     r = gm_free(ctx, ptr);
     if (r != GM_OK) fprintf(stderr, "gpumem: gm_torch_free(%p, %lld bytes): %s\n", ptr, (long long)size, gm_result_string(r));
 }
+
+/* >>hooks -----------------------------------------------------------------
+   The pluggable allocator's other hooks, for global mode (gpumem_torch.py
+   sets them through the allocator's set_*_fn setters, private PyTorch API),
+   and gpumem's own figures for either mode. */
+
+/* record_stream: the block is not reused off its stream until the work
+   queued on `stream` now has completed. */
+GM_TORCH_API void gm_torch_record_stream(void* ptr, cudaStream_t stream) {
+    gm_context* ctx = NULL;
+    uintptr_t dev;
+    if (!ptr || __atomic_load_n(&gm_torch_sim, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&gm_torch_mu);
+    dev = (uintptr_t)gm__map_get(&gm_torch_dev, (uintptr_t)ptr);
+    if (dev) ctx = gm_torch_ctx[dev - 1];
+    pthread_mutex_unlock(&gm_torch_mu);
+    if (!ctx) {
+        fprintf(stderr, "gpumem: gm_torch_record_stream: %p is not a live block of gm_torch_malloc\n", ptr);
+        return;
+    }
+    if (gm_record_stream(ctx, ptr, (gm_stream)stream) != GM_OK)
+        fprintf(stderr, "gpumem: gm_torch_record_stream(%p): refused (logged above)\n", ptr);
+}
+
+/* empty_cache: every device's cached memory goes back. */
+GM_TORCH_API void gm_torch_empty_cache(void) {
+    int i;
+    pthread_mutex_lock(&gm_torch_mu);
+    for (i = 0; i < GM_TORCH_MAX_DEVICES; i++)
+        if (gm_torch_ctx[i]) gm_empty_cache(gm_torch_ctx[i]);
+    pthread_mutex_unlock(&gm_torch_mu);
+}
+
+/* set_per_process_memory_fraction: the device's budget becomes that
+   fraction of its memory (now, or when its context is made). */
+GM_TORCH_API void gm_torch_set_memory_fraction(double fraction, int device) {
+    if (device < 0 || device >= GM_TORCH_MAX_DEVICES || !(fraction > 0 && fraction <= 1)) return;
+    pthread_mutex_lock(&gm_torch_mu);
+    gm_torch_fraction[device] = fraction;
+    if (gm_torch_ctx[device]) {
+        size_t f = 0, t = 0;
+        if (gm_mem_info(gm_torch_ctx[device], &f, &t) == GM_OK) gm_set_budget(gm_torch_ctx[device], (size_t)(fraction * (double)t));
+    }
+    pthread_mutex_unlock(&gm_torch_mu);
+}
+
+/* init: PyTorch says how many devices there are; contexts are made on first use. */
+GM_TORCH_API void gm_torch_init(int device_count) { (void)device_count; }
+
+/* gpumem's statistics of a device (gm_stats): 0, or -1 without a context. */
+GM_TORCH_API int gm_torch_get_stats(int device, gm_stats* out) {
+    gm_context* ctx = NULL;
+    if (device < 0 || device >= GM_TORCH_MAX_DEVICES || !out) return -1;
+    pthread_mutex_lock(&gm_torch_mu);
+    ctx = gm_torch_ctx[device];
+    pthread_mutex_unlock(&gm_torch_mu);
+    return ctx && gm_get_stats(ctx, out) == GM_OK ? 0 : -1;
+}
+
+/* sizeof(gm_stats), for a caller that allocates one without the header. */
+GM_TORCH_API size_t gm_torch_stats_size(void) { return sizeof(gm_stats); }
 
 /* >>checks ----------------------------------------------------------------
    For the script: what failed, and the figures PyTorch's own statistics
@@ -200,6 +318,12 @@ GM_TORCH_API int gm_torch_shutdown(void) {
     for (i = 0; i < GM_TORCH_MAX_DEVICES && !busy; i++) {
         if (gm_torch_ctx[i]) gm_shutdown(gm_torch_ctx[i]);
         gm_torch_ctx[i] = NULL;
+        gm_torch_fraction[i] = 0;
+    }
+    if (!busy) {
+        GPUMEM_FREE(gm_torch_dev.keys);
+        GPUMEM_FREE(gm_torch_dev.vals);
+        memset(&gm_torch_dev, 0, sizeof gm_torch_dev);
     }
     pthread_mutex_unlock(&gm_torch_mu);
     if (busy) return -1;

@@ -4,8 +4,7 @@
     make torch-allocator                      # builds build/libgm_torch.so
     python3 examples/torch_allocator/train.py --compare
 
---compare runs the same training three times, each in a fresh process
-(PyTorch's allocator can only be swapped before the first CUDA allocation):
+--compare runs the same training three times, each in a fresh process:
 PyTorch's own caching allocator, gpumem with no budget, and gpumem under a
 device budget of half the peak PyTorch reserved, where requests past the
 budget are served by unified memory instead of raising OOM. It prints step
@@ -13,14 +12,18 @@ time and peak memory for each, and the ratios.
 
 One run:  train.py --allocator gpumem --budget 2G   (or --allocator torch)
 
-PyTorch does not check the pointer a pluggable allocator returns, so a
-request gpumem cannot serve returns NULL and is counted by the library;
-check() below turns that count into a MemoryError with gpumem's reason
-after every step (set GM_TORCH_ON_FAIL=abort to stop at the failing
-request instead).
+gpumem is installed by gpumem_torch.py beside this script. --mode mempool
+(the default) keeps PyTorch's allocator global and makes the model, its
+optimizer state and the steps allocate from a gpumem-backed MemPool
+(from torch 2.8 the autograd engine's own thread is not routed, so
+gradients made there come from PyTorch's allocator). --mode global makes
+gpumem PyTorch's only allocator; there a request gpumem cannot serve
+becomes a tensor at address 0, so gm.check() after every step turns the
+library's failure count into a MemoryError with gpumem's reason (set
+GM_TORCH_ON_FAIL=abort to stop at the failing request instead).
 """
 import argparse
-import ctypes
+import contextlib
 import json
 import os
 import subprocess
@@ -29,48 +32,27 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_LIB = os.path.join(HERE, "..", "..", "build", "libgm_torch.so")
-
-
-def install_gpumem(lib_path):
-    """Swap gpumem in. Must run before anything allocates CUDA memory."""
-    import torch
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "gm_torch_malloc", "gm_torch_free")
-    torch.cuda.memory.change_current_allocator(alloc)
-    lib = ctypes.CDLL(lib_path)
-    lib.gm_torch_failures.restype = ctypes.c_ulonglong
-    lib.gm_torch_last_error.restype = ctypes.c_char_p
-    lib.gm_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_longlong)]
-    return lib
-
-
-def check(lib, seen):
-    """Raise if gpumem failed a request since the last check."""
-    if lib is None:
-        return seen
-    n = lib.gm_torch_failures()
-    if n != seen:
-        raise MemoryError("gpumem could not serve %d request(s): %s" % (n - seen, lib.gm_torch_last_error().decode()))
-    return n
-
-
-def gm_stats(lib, device=0):
-    v = (ctypes.c_longlong * 6)()
-    if lib.gm_torch_stats(device, v) != 0:
-        return None
-    keys = ["allocated", "peak_allocated", "reserved", "peak_reserved", "unified", "unified_fallbacks"]
-    return dict(zip(keys, list(v)))
+sys.path.insert(0, HERE)
 
 
 def train(args):
+    gm = None
     if args.allocator == "gpumem":
         if args.budget:
             os.environ["GPUMEM_CONF"] = "budget:%s" % args.budget + (
                 "," + os.environ["GPUMEM_CONF"] if os.environ.get("GPUMEM_CONF") else "")
-        lib = install_gpumem(args.lib)
-    else:
-        lib = None
+        import gpumem_torch as gm
+        gm.install(args.lib, mode=args.mode)  # global mode: before anything allocates CUDA memory
     import torch
     import torch.nn as nn
+
+    region = gm.region() if gm is not None and args.mode == "mempool" else contextlib.nullcontext()
+    with region:
+        out = run_steps(args, gm, torch, nn)
+    print(json.dumps(out))
+
+
+def run_steps(args, gm, torch, nn):
 
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -81,7 +63,6 @@ def train(args):
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(args.batch, args.width, device=dev)
     y = torch.randint(0, 10, (args.batch,), device=dev)
-    seen = check(lib, 0)
     times, losses = [], []
     for step in range(args.steps):
         torch.cuda.synchronize()
@@ -92,28 +73,30 @@ def train(args):
             loss.backward()
             opt.step()
             torch.cuda.synchronize()
-        except RuntimeError as e:  # a NULL from the allocator surfaces here, if anywhere
-            check(lib, seen)
+        except RuntimeError as e:  # global mode: a NULL from the allocator surfaces here, if anywhere
+            if gm is not None:
+                gm.check()
             raise e
-        seen = check(lib, seen)
+        if gm is not None:
+            gm.check()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     times = sorted(times[2:]) or times
-    out = {"allocator": args.allocator, "budget": args.budget or "", "step_ms": 1e3 * times[len(times) // 2],
-           "final_loss": losses[-1]}
-    if lib is not None:
-        s = gm_stats(lib)
+    out = {"allocator": args.allocator, "mode": args.mode, "budget": args.budget or "",
+           "step_ms": 1e3 * times[len(times) // 2], "final_loss": losses[-1]}
+    s = gm.stats() if gm is not None else None
+    if s is not None:
         out["peak_reserved"] = s["peak_reserved"]
         out["unified_bytes_at_end"] = s["unified"]
         out["unified_fallbacks"] = s["unified_fallbacks"]
     else:
         out["peak_reserved"] = torch.cuda.max_memory_reserved()
-    print(json.dumps(out))
+    return out
 
 
 def compare(args):
     def run(extra):
-        cmd = [sys.executable, os.path.abspath(__file__), "--lib", args.lib, "--steps", str(args.steps),
+        cmd = [sys.executable, os.path.abspath(__file__), "--lib", args.lib, "--mode", args.mode, "--steps", str(args.steps),
                "--layers", str(args.layers), "--width", str(args.width), "--batch", str(args.batch)] + extra
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
@@ -138,6 +121,8 @@ def main():
     ap.add_argument("--allocator", choices=["gpumem", "torch"], default="gpumem")
     ap.add_argument("--budget", default="", help="gpumem device budget, e.g. 2G (GPUMEM_CONF budget:)")
     ap.add_argument("--lib", default=DEFAULT_LIB)
+    ap.add_argument("--mode", choices=["mempool", "global"], default="mempool",
+                    help="how gpumem is installed (gpumem_torch.py)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--width", type=int, default=4096)
