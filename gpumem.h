@@ -249,9 +249,10 @@
     One context may be used from many threads: every call takes the
     context's lock. Contexts are independent (one per device; nothing is
     global). gm_setup and gm_shutdown must not race with other calls on the
-    same context. Host functions run on a stream (gm_launch_host) must not
-    call into the context that runs them: the allocator may be waiting for
-    that stream with its lock held. With CUDA's per-thread default stream
+    same context. Host functions run on a stream (gm_launch_host) must make
+    no gpumem call and no CUDA call at all: CUDA forbids CUDA calls inside
+    them, and every gpumem call may make one (and waits the allocator makes
+    may wait for that very stream). With CUDA's per-thread default stream
     (--default-stream per-thread), NULL names a different stream on each
     thread; pass explicit streams instead.
 */
@@ -604,7 +605,8 @@ GPUMEM_API gm_result gm_stream_synchronize(gm_context* ctx, gm_stream stream);
 GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx);
 GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size,
                                      gm_copy_kind kind, gm_stream stream);
-/* Runs fn(user) on the stream, in order with its other work. */
+/* Runs fn(user) on the stream, in order with its other work. fn must make
+   no gpumem and no CUDA call (CUDA forbids them in host functions). */
 GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream stream, gm_host_fn fn, void* user);
 /* Device memory straight from the backend, bypassing the cache and the
    budget: the baseline the demo and benchmarks compare against.
