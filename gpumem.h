@@ -3951,7 +3951,7 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
 static gm_result gm__record_stream(gm_context* ctx, void* ptr, gm_stream stream, int owner) {
     gm__block* b;
     uint32_t si, i;
-    gm_result r;
+    gm_result r = GM_OK;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (!b) { /* unified memory: its free waits for this stream too */
