@@ -30,6 +30,19 @@ endif
 LDLIBS   := -pthread -lm $(URING_LIB)
 CUDA_INC := -isystem $(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+# The CUDA build of the tests links CUDART: the CUDA runtime stand-in of
+# tests/cudart (a test double that holds the backend to CUDA's rules on a
+# machine without a GPU: the default where nvidia-smi finds none), or the
+# real libcudart (CUDART=real, on a GPU machine).
+CUDART   ?= $(if $(shell nvidia-smi -L 2>/dev/null),real,standin)
+ifeq ($(CUDART),real)
+TEST_CUDA_LIB := $(CUDA_LIB)
+TEST_CUDA_DEP :=
+else
+TEST_CUDA_LIB := -L$(B)/cudart -Wl,-rpath,$(abspath $(B)/cudart) -lgmcudart
+TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
+CUDART_TEST   := $(B)/cudart/test_cudart
+endif
 
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 # Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
@@ -62,9 +75,19 @@ $(B)/sim/test_torch_names: tests/test_torch_names.py examples/torch_allocator/gp
 	@printf '#!/bin/sh\nif command -v python3 >/dev/null 2>&1; then exec python3 tests/test_torch_names.py; fi\necho "note: no python3: the PyTorch helper was not checked"\necho "0 passed, 0 failed"\n' > $@
 	@chmod +x $@
 
-$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
+$(B)/cuda/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h $(TEST_CUDA_DEP)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -DGM_TEST_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(TEST_CUDA_LIB)
+
+# The stand-in, and its own test: every rule of CUDA's it enforces, broken
+# on purpose.
+CUDART_WARN := -std=c99 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Wconversion -Wshadow -Wstrict-prototypes -Werror
+$(B)/cudart/libgmcudart.so: tests/cudart/cudart.c tests/cudart/gm_cudart.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDART_WARN) $(CFLAGS) -fPIC -shared -fvisibility=hidden $(CUDA_INC) $< -o $@ -pthread
+
+$(B)/cudart/test_cudart: tests/cudart/test_cudart.c tests/cudart/gm_cudart.h $(B)/cudart/libgmcudart.so
+	$(CC) $(CUDART_WARN) $(CFLAGS) $(URING) $(CUDA_INC) $< -o $@ -L$(B)/cudart -Wl,-rpath,$(abspath $(B)/cudart) -lgmcudart -pthread $(URING_LIB)
 
 $(B)/cpp/compile_cpp: tests/compile_cpp.cc gpumem.h
 	@mkdir -p $(dir $@)
@@ -79,19 +102,25 @@ $(B)/demo-cuda: examples/demo.c examples/spill_workload.h examples/plot.h exampl
 	$(CC) $(WARN) $(CFLAGS) $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
 # The PyTorch allocator (examples/torch_allocator): only gm_torch_* is
-# exported. test_torch loads it from $(B).
+# exported. test_torch loads the one beside it, else the one in $(B); the
+# CUDA test's links the runtime the CUDA tests link.
 $(B)/libgm_torch.so: examples/torch_allocator/gm_torch.c gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -shared -fPIC -fvisibility=hidden -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
+$(B)/cuda/libgm_torch.so: examples/torch_allocator/gm_torch.c gpumem.h $(TEST_CUDA_DEP)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -shared -fPIC -fvisibility=hidden -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(TEST_CUDA_LIB)
+
 torch-allocator: $(B)/libgm_torch.so
 
-$(B)/sim/test_torch $(B)/cuda/test_torch: $(B)/libgm_torch.so
+$(B)/sim/test_torch: $(B)/libgm_torch.so
+$(B)/cuda/test_torch: $(B)/cuda/libgm_torch.so
 
 # The suite: every test on the sim backend, the C++ build, and the CUDA
 # build of every test (which skips itself where there is no device).
-test: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS)) tools
-	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(addprefix $(B)/cuda/,$(TESTS))
+test: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS)) tools
+	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS))
 
 test-sim: $(addprefix $(B)/sim/,$(SIMTESTS))
 	@sh tools/run-tests.sh $^
@@ -117,7 +146,7 @@ fuzz:
 		sh tools/run-fuzz.sh $(B)/fuzz $(FUZZ_TIME) $(FUZZ); \
 	fi
 
-test-cuda: $(addprefix $(B)/cuda/,$(TESTS))
+test-cuda: $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS))
 	@sh tools/run-tests.sh $^
 
 # Sanitizer builds of the whole sim suite.

@@ -661,8 +661,10 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
                                         void* user);
 GPUMEM_API gm_result gm_tier_step(gm_context* ctx);
 
-/* Sim only (GM_ERR_UNSUPPORTED elsewhere): make the nth next operation of
-   that kind fail (n = 1: the next one); n = 0 disarms. */
+/* Make the nth next operation of that kind fail (n = 1: the next one);
+   n = 0 disarms. The device's kinds (allocation, copy, pinned allocation)
+   are the sim's (GM_ERR_UNSUPPORTED elsewhere); the disk tier's kinds work
+   on every backend. */
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth);
 /* Sim only: bytes carried and time busy of the host-to-device (dir 0) and
    device-to-host (dir 1) links since setup, for achieved-rate figures. */
@@ -973,6 +975,7 @@ struct gm_context {
     void* disk;             /* the spill file (gm__disk), or NULL */
     gm_result dev_err;      /* the ladder: a device error that is not out-of-memory (it stops) */
     int nosync;             /* a GM_ALLOC_NO_SYNC request is being served: no fence is recorded */
+    uint64_t dfault_ops[4], dfault_at[4]; /* the disk tier's fault injection (gm_sim_inject) */
     struct gm__dfree* dfree; /* device memory to give back once the lock is dropped */
     size_t ndfree, capdfree;
     struct gm__mblock *mpending, *mcache; /* unified memory freed: waiting for its streams, then cached */
@@ -4651,9 +4654,16 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth) {
     gm__sim* sim;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL) return GM_ERR_INVALID_ARGUMENT;
+    if (fault >= GM_SIM_FAULT_DISK_WRITE) { /* the disk tier's: any backend */
+        int k = (int)fault - (int)GM_SIM_FAULT_DISK_WRITE;
+        pthread_mutex_lock(&ctx->mu);
+        ctx->dfault_at[k] = nth ? ctx->dfault_ops[k] + nth : 0;
+        pthread_mutex_unlock(&ctx->mu);
+        return GM_OK;
+    }
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
     sim = GM__SIM(ctx);
-    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&sim->mu);
     sim->fail_at[fault] = nth ? sim->ops[fault] + nth : 0;
     pthread_mutex_unlock(&sim->mu);
@@ -4814,14 +4824,17 @@ typedef struct gm__disk {
 #define GM__DISK_GROW (256 * GM__MIB)
 
 /* An armed sim fault of the disk's kinds fires (sim backend only). */
+/* An armed fault of the disk's kinds fires (any backend; counted in the
+   context, under its lock). */
 static int gm__disk_fault(gm_context* ctx, gm_sim_fault kind, size_t n) {
-    gm__sim* sim;
-    int f;
-    if (ctx->be != &gm__sim_backend) return 0;
-    sim = GM__SIM(ctx);
-    pthread_mutex_lock(&sim->mu);
-    f = gm__sim_fault(ctx, sim, kind, n);
-    pthread_mutex_unlock(&sim->mu);
+    int k = (int)kind - (int)GM_SIM_FAULT_DISK_WRITE, f = 0;
+    pthread_mutex_lock(&ctx->mu);
+    if (++ctx->dfault_ops[k] == ctx->dfault_at[k] && ctx->dfault_at[k]) {
+        ctx->dfault_at[k] = 0;
+        f = 1;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    if (f) gm__log(ctx, GM_LOG_INFO, "disk: injected failure of a %zu-byte chunk", n);
     return f;
 }
 

@@ -28,8 +28,9 @@ static void (*t_init)(int);
 static int (*t_get_stats)(int, gm_stats*);
 static size_t (*t_stats_size)(void);
 
-/* The library beside the test's directory: build/sim/test_torch loads
-   build/sim/../libgm_torch.so (the Makefile builds it there). */
+/* The library beside the test (build/cuda/libgm_torch.so, linked with the
+   runtime the CUDA tests link), else in the directory above it
+   (build/libgm_torch.so): where the Makefile builds them. */
 static void* load(void) {
     char exe[4096], path[4200];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -39,7 +40,8 @@ static void* load(void) {
     exe[n] = 0;
     slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    snprintf(path, sizeof path, "%s/../libgm_torch.so", exe);
+    snprintf(path, sizeof path, "%s/libgm_torch.so", exe);
+    if (access(path, R_OK) != 0) snprintf(path, sizeof path, "%s/../libgm_torch.so", exe);
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) printf("dlopen %s: %s\n", path, dlerror());
     return h;
