@@ -93,9 +93,11 @@ static void test_misuse(void) {
 /* Faults in the middle of an eviction or a bring-in: an error, and the
    tensor keeps its last good copy. */
 static void test_faults(void) {
-    gm_context* ctx = tier_ctx(64 * MiB, 256 * MiB, GM_FALLBACK_DEFAULT);
+    gm_context* ctx;
     gm_tensor a;
     void* p;
+    if (!t_sim) return; /* the device's faults are the sim's to inject */
+    ctx = tier_ctx(64 * MiB, 256 * MiB, GM_FALLBACK_DEFAULT);
     { /* no pinned memory to be had: the tensor stays on the device */
         gm_context* c2 = tier_ctx(16 * MiB, 2 * MiB, GM_FALLBACK_DEFAULT);
         T_OK(gm_tensor_create(c2, &a, 2 * MiB));
@@ -465,10 +467,6 @@ static void test_random(long steps) {
 }
 
 int main(int argc, char** argv) {
-    if (!t_sim) {
-        printf("skipped: the tier tests read device memory from the host (sim only)\n");
-        return 77;
-    }
     test_roundtrip();
     test_misuse();
     test_faults();
