@@ -2075,9 +2075,14 @@ static gm_result gm__cudrv(const gm_context* ctx, CUresult e, const char* what) 
 static void* gm__cu_entry(const char* name) {
     void* fn = NULL;
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
     if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
         fn = NULL;
+#else
+    if (cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q) != cudaSuccess || q != cudaDriverEntryPointSuccess)
+        fn = NULL;
+#endif
     (void)cudaGetLastError();
     return fn;
 }
