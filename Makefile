@@ -30,6 +30,14 @@ endif
 LDLIBS   := -pthread -lm $(URING_LIB)
 CUDA_INC := -isystem $(CUDA_HOME)/include
 CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+
+TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
+# Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
+# suite replays their kept inputs on every build (sim only).
+FUZZ     := options setup rmm lifetimes packing snapshot
+SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ)) test_torch_names
+B        := build
+
 # The CUDA build of the tests links CUDART: the CUDA runtime stand-in of
 # tests/cudart (a test double that holds the backend to CUDA's rules on a
 # machine without a GPU: the default where nvidia-smi finds none), or the
@@ -43,13 +51,6 @@ TEST_CUDA_LIB := -L$(B)/cudart -Wl,-rpath,$(abspath $(B)/cudart) -lgmcudart
 TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
 CUDART_TEST   := $(B)/cudart/test_cudart
 endif
-
-TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
-# Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
-# suite replays their kept inputs on every build (sim only).
-FUZZ     := options setup rmm lifetimes packing snapshot
-SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ)) test_torch_names
-B        := build
 
 .PHONY: all tools test test-sim test-cuda asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools

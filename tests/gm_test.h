@@ -10,6 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef GM_TEST_CUDA
+static const int t_sim = 0;
+/* The CUDA runtime stand-in's controls (tests/cudart/gm_cudart.h), where
+   the tests link it; NULL against the real runtime (weak symbols). */
+extern int gmcudart_violations(void) __attribute__((weak));
+extern const char* gmcudart_last_violation(void) __attribute__((weak));
+extern size_t gmcudart_set_capacity(int device, size_t bytes) __attribute__((weak));
+static inline int t_standin(void) { return gmcudart_violations != NULL; }
+static inline int t_violations(void) { return gmcudart_violations ? gmcudart_violations() : 0; }
+static inline const char* t_last_violation(void) { return gmcudart_last_violation ? gmcudart_last_violation() : ""; }
+#else
+static const int t_sim = 1;
+static inline int t_standin(void) { return 0; }
+static inline int t_violations(void) { return 0; }
+static inline const char* t_last_violation(void) { return ""; }
+#endif
+
 static int t_pass, t_fail;
 
 #define T_CHECK(c) t_check_((c) ? 1 : 0, #c, __FILE__, __LINE__)
@@ -35,6 +52,10 @@ static inline int t_eq_(long long a, long long b, const char* sa, const char* sb
 }
 
 static inline int t_done(void) {
+    if (t_violations()) { /* the stand-in saw CUDA's rules broken: a failure, whatever else passed */
+        t_fail++;
+        printf("FAIL: %d violations of CUDA's rules (the last: %s)\n", t_violations(), t_last_violation());
+    }
     printf("%d passed, %d failed\n", t_pass, t_fail);
     return t_fail ? 1 : 0;
 }
@@ -51,11 +72,6 @@ static inline void t_log(gm_log_level level, const char* msg, void* user) {
     if (getenv("GM_TEST_VERBOSE")) gm_log_stderr(level, msg, NULL);
 }
 
-#ifdef GM_TEST_CUDA
-static const int t_sim = 0;
-#else
-static const int t_sim = 1;
-#endif
 
 /* A context on the backend under test; the desc's other fields are kept.
    Skips the whole program (exit 77) when the backend has no device. */
@@ -66,12 +82,12 @@ static inline gm_context* t_setup(gm_desc d) {
     d.ignore_env = 1;
     if (!d.log_fn) d.log_fn = t_log;
     r = gm_setup(&ctx, &d);
-    if (r == GM_ERR_NO_DEVICE) {
+    if (r == GM_ERR_NO_DEVICE) { /* no GPU, and the real runtime linked (CUDART=real) */
         printf("skipped: no CUDA device\n");
         exit(77);
     }
-    if (r != GM_OK) {
-        printf("FAIL setup: %s\n", gm_result_string(r));
+    if (r != GM_OK) { /* a driver too old for the runtime included: a failure, not a skip */
+        printf("FAIL setup: %s (%s)\n", gm_result_string(r), t_last_log);
         exit(1);
     }
     return ctx;
