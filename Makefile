@@ -118,8 +118,9 @@ torch-allocator: $(B)/libgm_torch.so
 $(B)/sim/test_torch: $(B)/libgm_torch.so
 $(B)/cuda/test_torch: $(B)/cuda/libgm_torch.so
 
-# The suite: every test on the sim backend, the C++ build, and the CUDA
-# build of every test (which skips itself where there is no device).
+# The suite: every test on the sim backend, the C++ build, the CUDA runtime
+# stand-in's own test, and the CUDA build of every test (on the stand-in
+# where there is no GPU, so none is skipped).
 test: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS)) tools
 	@sh tools/run-tests.sh $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/cpp/compile_cpp $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS))
 

@@ -930,7 +930,8 @@ struct gm__arena {
 #define GM__FENCES 4
 typedef struct gm__sstate {
     gm_stream stream;
-    int dead;               /* destroyed (and synchronized): always safe */
+    int dead;               /* synchronized and forgotten: always safe;
+                               1 detached, 2 destroyed by gm_stream_destroy */
     void* fev[GM__FENCES];  /* fence events, a ring from fhead */
     uint64_t fep[GM__FENCES];
     uint32_t fhead, fcount;
@@ -951,6 +952,7 @@ struct gm_context {
     uint32_t serial;        /* process-unique, non-zero: tensor handles carry it */
     const gm__backend* be;
     void* bs;               /* backend state */
+    size_t dev_align;       /* the alignment dev_alloc guarantees (set by init) */
     size_t total;           /* device memory */
     size_t budget;          /* what the allocator may reserve */
     size_t budget_slack;    /* reserved above the budget when it was last lowered */
@@ -1587,6 +1589,7 @@ static gm_result gm__sim_init(gm_context* ctx) {
     sim->rate[GM__LINK_H2D] = sim->rate[GM__LINK_D2H] = ctx->desc.sim.link_bytes_per_s;
     sim->rate[GM__LINK_D2D] = ctx->desc.sim.device_bytes_per_s;
     ctx->bs = sim;
+    ctx->dev_align = 4096; /* whole pages */
     ctx->total = sim->capacity;
     r = gm__sim_new_stream(ctx, &sim->def);
     if (r != GM_OK) {
@@ -2153,6 +2156,7 @@ static gm_result gm__cu_init(gm_context* ctx) {
     *(void**)&cu->access = gm__cu_entry("cuMemSetAccess");
     *(void**)&cu->errstr = gm__cu_entry("cuGetErrorString");
     ctx->bs = cu;
+    ctx->dev_align = 256; /* what cudaMalloc documents */
     r = gm__cu(ctx, cudaGetDevice(&prev), "cudaGetDevice");
     if (r == GM_OK) r = gm__cu(ctx, cudaSetDevice(cu->device), "cudaSetDevice");
     if (r == GM_OK) r = gm__cu(ctx, cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
@@ -3370,17 +3374,20 @@ static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
    practice) is given back and the segment made 256 bytes larger, its base
    raised; *raw then says where the backend's allocation starts. */
 static gm_result gm__dev_alloc512(gm_context* ctx, void** p, size_t n, uintptr_t* raw) {
-    gm_result r = ctx->be->dev_alloc(ctx, p, n);
+    /* CUDA documents 256: ask for 256 more and raise the base, never free
+       and ask again (cudaFree would wait for the whole device) */
+    size_t pad = ctx->dev_align % GM__ROUND ? GM__ROUND / 2 : 0;
+    gm_result r = ctx->be->dev_alloc(ctx, p, n + pad);
     *raw = 0;
-    if (r != GM_OK || (uintptr_t)*p % GM__ROUND == 0) return r;
-    ctx->be->dev_free(ctx, *p, n);
-    r = ctx->be->dev_alloc(ctx, p, n + GM__ROUND / 2);
     if (r != GM_OK) return r;
-    *raw = (uintptr_t)*p;
-    *p = (void*)gm__round_up((uintptr_t)*p, GM__ROUND);
-    if ((uintptr_t)*p + n > *raw + n + GM__ROUND / 2) { /* not even 256-aligned: no device of CUDA's */
-        ctx->be->dev_free(ctx, (void*)*raw, n + GM__ROUND / 2);
-        gm__log(ctx, GM_LOG_ERROR, "device memory at %#lx is not 256-byte aligned", (unsigned long)*raw);
+    if (pad) {
+        *raw = (uintptr_t)*p;
+        *p = (void*)gm__round_up((uintptr_t)*p, GM__ROUND);
+    }
+    if ((uintptr_t)*p % GM__ROUND || (uintptr_t)*p + n > (*raw ? *raw : (uintptr_t)*p) + n + pad) {
+        ctx->be->dev_free(ctx, *raw ? (void*)*raw : *p, n + pad);
+        gm__log(ctx, GM_LOG_ERROR, "device memory at %#lx is not %zu-byte aligned", (unsigned long)(*raw ? *raw : (uintptr_t)*p),
+                pad ? (size_t)GM__ROUND / 2 : (size_t)GM__ROUND);
         return GM_ERR_BACKEND;
     }
     return GM_OK;
@@ -4526,8 +4533,16 @@ GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* f, size_t* t) {
 }
 
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
+    gm_result r;
+    uint32_t i;
     if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
-    return ctx->be->stream_create(ctx, out); /* a reused handle gets a fresh state on first use */
+    r = ctx->be->stream_create(ctx, out); /* a reused handle gets a fresh state on first use */
+    if (r != GM_OK) return r;
+    pthread_mutex_lock(&ctx->mu); /* and is no longer one gm_stream_destroy destroyed */
+    for (i = 0; i < ctx->nss; i++)
+        if (ctx->ss[i].stream == *out && ctx->ss[i].dead) ctx->ss[i].dead = 1;
+    pthread_mutex_unlock(&ctx->mu);
+    return GM_OK;
 }
 
 /* Synchronizes s and marks its state dead: what gpumem cached for it is
@@ -4536,22 +4551,29 @@ GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
 static gm_result gm__stream_end(gm_context* ctx, gm_stream s, int destroy, const char* what) {
     gm_result r;
     uint32_t i;
-    int live = 0;
+    int live = 0, gone = 0;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "%s: not the default stream", what);
     pthread_mutex_lock(&ctx->mu);
-    for (i = 0; i < ctx->nss; i++) live |= ctx->ss[i].stream == s && !ctx->ss[i].dead;
+    for (i = 0; i < ctx->nss; i++) {
+        live |= ctx->ss[i].stream == s && !ctx->ss[i].dead;
+        gone |= ctx->ss[i].stream == s && ctx->ss[i].dead == 2;
+    }
     pthread_mutex_unlock(&ctx->mu);
-    if (!live && !ctx->be->stream_valid(ctx, s))
+    /* a handle gpumem destroyed and has not seen since is not touched: CUDA
+       may have handed it to another stream already */
+    if (!live && (gone || !ctx->be->stream_valid(ctx, s)))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "%s: unknown or destroyed stream %p", what, (void*)s);
+    if (!live && !destroy) return GM_OK; /* nothing of it to forget */
     r = ctx->be->stream_sync(ctx, s);
     if (r != GM_OK) return r;
     pthread_mutex_lock(&ctx->mu);
+    if (!live) (void)gm__ss_index(ctx, s, &i); /* tensors may remember s: a dead entry says it is gone */
     for (i = 0; i < ctx->nss; i++) {
         gm__sstate* e = &ctx->ss[i];
         if (e->stream != s || e->dead) continue;
         gm__fence_wait(ctx, e);
-        e->dead = 1;
+        e->dead = destroy ? 2 : 1;
     }
     if (ctx->last_ss < ctx->nss && ctx->ss[ctx->last_ss].stream == s) ctx->last_ss = ctx->nss; /* no fast path to it */
     r = destroy ? ctx->be->stream_destroy(ctx, s) : GM_OK;

@@ -81,7 +81,8 @@ static void test_misuse(void) {
     T_EQ(gm_tensor_where(ctx, a, &w), GM_ERR_STALE_HANDLE);
     T_EQ(gm_tensor_where(ctx, bogus, &w), GM_ERR_STALE_HANDLE);
     T_EQ(gm_tensor_where(ctx, none, &w), GM_ERR_STALE_HANDLE);
-    T_EQ(gm_tensor_acquire(ctx, b, (gm_stream)(void*)&w, &p), GM_ERR_INVALID_STREAM);
+    if (t_sim) /* CUDA cannot tell a made-up stream handle: undefined behaviour there */
+        T_EQ(gm_tensor_acquire(ctx, b, (gm_stream)(void*)&w, &p), GM_ERR_INVALID_STREAM);
     T_EQ(gm_tensor_acquire(ctx, b, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
     T_EQ(gm_tensor_create(NULL, &b, 1), GM_ERR_INVALID_ARGUMENT);
     T_EQ(gm_check(ctx), 0);
