@@ -3686,7 +3686,8 @@ static int gm__wants_managed(gm_context* ctx, size_t bytes) {
    block waits, pending, for events recorded on the streams that used it,
    then is cached for the next request of a size it fits (at most twice
    that); the cache goes back to the backend, with the lock dropped, past
-   the budget in bytes, on gm_empty_cache and at shutdown. Invariants: a
+   the budget in bytes when a request misses it, on gm_empty_cache and at
+   shutdown, never in a free. Invariants: a
    record is in exactly one of ctx->managed (live, by address), the pending
    list or the cache; cap >= size; mcached sums the cache's caps; the
    statistics' managed_bytes sums the sizes of the live user blocks. */
@@ -3763,7 +3764,8 @@ static gm_result gm__managed_get(gm_context* ctx, void** out, size_t size, gm_st
         m = *best;
         *best = m->next;
         ctx->mcached -= m->cap;
-    } else {
+    } else { /* a miss: the cache past the budget goes back first (a request may wait; a free never does) */
+        gm__managed_trim(ctx, ctx->budget);
         gm__unlock(ctx);
         m = (gm__mblock*)gm__calloc(sizeof *m);
         if (!m) return GM_ERR_HOST_OUT_OF_MEMORY;
@@ -3824,8 +3826,7 @@ static gm_result gm__managed_put(gm_context* ctx, void* p, int owner) {
     }
     m->next = ctx->mpending;
     ctx->mpending = m;
-    gm__managed_poll(ctx);
-    gm__managed_trim(ctx, ctx->budget);
+    gm__managed_poll(ctx); /* no trim here: cudaFree would make this free wait for the whole device */
     return GM_OK;
 }
 
@@ -4916,6 +4917,7 @@ static int gm__uring_open(gm_context* ctx, gm__disk* dk) {
     e = io_uring_register_buffers(&dk->ring, &iov, 1);
     dk->fixed_buf = e == 0;
     if (e) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused registered buffers (%s)", strerror(-e));
+    else gm__log(ctx, GM_LOG_INFO, "disk: io_uring registered its staging buffers (%zu KiB)", iov.iov_len >> 10);
     e = io_uring_register_files(&dk->ring, &dk->fd, 1);
     dk->fixed_file = e == 0;
     if (e) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused a registered file (%s)", strerror(-e));

@@ -17,6 +17,13 @@ static const int t_sim = 0;
 extern int gmcudart_violations(void) __attribute__((weak));
 extern const char* gmcudart_last_violation(void) __attribute__((weak));
 extern size_t gmcudart_set_capacity(int device, size_t bytes) __attribute__((weak));
+extern void gmcudart_reset_violations(void) __attribute__((weak));
+extern int gmcudart_contexts(int device) __attribute__((weak));
+extern void gmcudart_set_cma(int on) __attribute__((weak));
+extern void gmcudart_set_driver_version(int version) __attribute__((weak));
+extern void gmcudart_inject_sticky(int error) __attribute__((weak));
+extern void gmcudart_reset(void) __attribute__((weak));
+extern int gmcudart_in_host_func(void) __attribute__((weak));
 static inline int t_standin(void) { return gmcudart_violations != NULL; }
 static inline int t_violations(void) { return gmcudart_violations ? gmcudart_violations() : 0; }
 static inline const char* t_last_violation(void) { return gmcudart_last_violation ? gmcudart_last_violation() : ""; }

@@ -208,6 +208,42 @@ static void test_hooks(void) {
     T_EQ(t_failures(), 0);
 }
 
+#ifdef GM_TEST_CUDA
+/* During graph capture (PyTorch switches the capturing thread to relaxed
+   mode before it calls malloc for a new segment): no synchronization and
+   no stream work on the capturing stream, so the capture stays valid; past
+   the budget a request is refused at once. The stand-in invalidates the
+   capture on any forbidden call. */
+static void test_capture(void) {
+    cudaStream_t s;
+    cudaGraph_t graph = NULL;
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    void *a, *b, *c, *d;
+    conf("budget:64M");
+    T_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    a = t_malloc((ssize_t)(4 * MiB), 0, s);
+    T_CHECK(a != NULL);
+    t_free(a, (ssize_t)(4 * MiB), 0, s); /* cached for s */
+    T_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    T_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+    b = t_malloc((ssize_t)(4 * MiB), 0, s);  /* from the cache */
+    c = t_malloc((ssize_t)(16 * MiB), 0, s); /* a new segment */
+    d = t_malloc((ssize_t)(128 * MiB), 0, s); /* past the budget: refused, nothing waited for */
+    T_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+    T_CHECK(b != NULL && c != NULL);
+    T_CHECK(d == NULL);
+    T_EQ(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    T_EQ(st, cudaStreamCaptureStatusActive);
+    T_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    if (graph) T_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    t_free(b, (ssize_t)(4 * MiB), 0, s);
+    t_free(c, (ssize_t)(16 * MiB), 0, s);
+    T_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    T_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+#endif
+
 int main(void) {
     void* lib;
     /* the library reports every failure on stderr, by design: quiet here */
@@ -242,6 +278,9 @@ int main(void) {
     test_abort();
     test_threads();
     test_hooks();
+#ifdef GM_TEST_CUDA
+    test_capture();
+#endif
     T_EQ(t_shutdown(), 0);
     dlclose(lib);
     return t_done();

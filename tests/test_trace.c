@@ -359,8 +359,9 @@ static void test_snapshot_reader(void) {
     }
 }
 
-/* A real training trace, checked after every event. */
-static void test_real_trace(void) {
+/* A real training trace, checked after every event, with classic or
+   expandable segments (on CUDA: the driver's virtual-memory calls). */
+static void test_real_trace(gm_toggle expandable) {
     const char* path = "../shared/traces/pytorch/lmsmall_forward.rmm.csv";
     gmt_trace t;
     gm_desc d = t_desc();
@@ -372,6 +373,7 @@ static void test_real_trace(void) {
     }
     T_CHECK(gmt_load(path, NULL, 0, &t));
     d.sim.capacity = (size_t)64 << 30;
+    d.expandable = expandable;
     ctx = t_setup(d);
     r = gmr_run(ctx, &t, 0, 1, 0, NULL, NULL);
     T_EQ(r.error, GM_OK);
@@ -391,7 +393,8 @@ int main(void) {
     test_snapshot();
     test_reader();
     test_snapshot_reader();
-    if (t_sim) test_real_trace();
+    test_real_trace(GM_TOGGLE_OFF);
+    test_real_trace(GM_TOGGLE_ON);
     {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
