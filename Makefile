@@ -52,7 +52,7 @@ TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
 CUDART_TEST   := $(B)/cudart/test_cudart
 endif
 
-.PHONY: all tools test test-sim test-cuda asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -148,14 +148,19 @@ fuzz:
 		sh tools/run-fuzz.sh $(B)/fuzz $(FUZZ_TIME) $(FUZZ); \
 	fi
 
+# The sim and CUDA builds of the tests in one run (the sanitizers use it).
+test-builds: $(addprefix $(B)/sim/,$(SIMTESTS)) $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS))
+	@sh tools/run-tests.sh $^
+
 test-cuda: $(CUDART_TEST) $(addprefix $(B)/cuda/,$(TESTS))
 	@sh tools/run-tests.sh $^
 
-# Sanitizer builds of the whole sim suite.
+# Sanitizer builds of the whole suite: sim, and CUDA on the runtime the
+# tests link (the stand-in where there is no GPU).
 asan:
-	$(MAKE) --no-print-directory B=$(B)/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test-sim
+	$(MAKE) --no-print-directory B=$(B)/asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test-builds
 tsan:
-	$(MAKE) --no-print-directory B=$(B)/tsan CFLAGS="-O1 -g -fsanitize=thread" test-sim
+	$(MAKE) --no-print-directory B=$(B)/tsan CFLAGS="-O1 -g -fsanitize=thread" test-builds
 
 # The header alone, with every warning, in each language and compiler here.
 compile-check:

@@ -201,8 +201,9 @@
     first lands on them, and pages left idle are given back (once their
     stream is past them) before reserved memory would grow past its peak.
     Fragmentation then stays near the page granularity: the memory reserved
-    follows the memory live. Needs a backend with virtual memory (sim today;
-    elsewhere it warns and keeps classic segments).
+    follows the memory live. Needs a backend with virtual memory (sim, and
+    CUDA through the driver's cuMem* calls; where the driver lacks them it
+    warns and keeps classic segments).
     A budget makes a large card behave like a small one: the allocator never
     reserves more than the budget from the device (a budget above the
     device's memory is the device's memory). caching:off sends every
@@ -3732,6 +3733,32 @@ static void gm__managed_poll(gm_context* ctx) {
     }
 }
 
+/* Waits, with the lock dropped, for the events of the blocks pending now,
+   then polls (with mu). An event recycled meanwhile is waited for at its
+   newer record: longer, never too short. */
+static void gm__managed_wait(gm_context* ctx) {
+    gm__mblock* m;
+    void** evs;
+    size_t n = 0, i;
+    for (m = ctx->mpending; m; m = m->next) n += (size_t)m->nev;
+    if (!n) return;
+    evs = (void**)gm__calloc(n * sizeof *evs);
+    if (!evs) {
+        pthread_mutex_unlock(&ctx->mu);
+        ctx->be->device_sync(ctx);
+        pthread_mutex_lock(&ctx->mu);
+    } else {
+        n = 0;
+        for (m = ctx->mpending; m; m = m->next)
+            for (i = 0; i < (size_t)m->nev; i++) evs[n++] = m->ev[i];
+        pthread_mutex_unlock(&ctx->mu);
+        for (i = 0; i < n; i++) (void)ctx->be->event_sync(ctx, evs[i]);
+        pthread_mutex_lock(&ctx->mu);
+        GPUMEM_FREE(evs);
+    }
+    gm__managed_poll(ctx);
+}
+
 /* The cache past `limit` bytes goes back to the backend once the lock is
    dropped (with mu). */
 static void gm__managed_trim(gm_context* ctx, size_t limit) {
@@ -4011,7 +4038,7 @@ GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
     pthread_mutex_lock(&ctx->mu);
     gm__wait_all(ctx);
     gm__release(ctx, 1, 0);
-    gm__managed_poll(ctx); /* freed unified memory whose streams are done goes too */
+    gm__managed_wait(ctx); /* freed unified memory goes too, once its streams are done */
     gm__managed_trim(ctx, 0);
     gm__unlock(ctx);
     return GM_OK;

@@ -104,11 +104,11 @@ static void test_stream_handles(void) {
 
 /* Freeing unified memory waits for no stream: it is reused after events on
    the streams that used it. */
-typedef struct freer { gm_context* ctx; void* p; gm_result r; volatile int done; } freer;
+typedef struct freer { gm_context* ctx; void* p; gm_result r; int done; } freer;
 static void* free_in_thread(void* arg) {
     freer* f = (freer*)arg;
     f->r = gm_free(f->ctx, f->p);
-    f->done = 1;
+    __atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 static void test_managed_free(void) {
@@ -130,11 +130,11 @@ static void test_managed_free(void) {
     t_gate_init(&g);
     T_OK(gm_launch_host(ctx, s, t_gate_wait, &g)); /* unrelated work that does not end yet */
     pthread_create(&th, NULL, free_in_thread, &f);
-    for (i = 0; i < 200 && !f.done; i++) {
+    for (i = 0; i < 200 && !__atomic_load_n(&f.done, __ATOMIC_ACQUIRE); i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
-    T_CHECK(f.done); /* returned while the other stream still runs */
+    T_CHECK(__atomic_load_n(&f.done, __ATOMIC_ACQUIRE)); /* returned while the other stream still runs */
     t_gate_open(&g);
     pthread_join(th, NULL);
     T_OK(f.r);

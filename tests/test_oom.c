@@ -354,6 +354,7 @@ static void test_managed_free_is_no_barrier(void) {
     T_OK(gm_empty_cache(ctx)); /* the cache goes back */
     if (t_sim) T_EQ(((gm__sim*)ctx->bs)->managed, 0);
     T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_synchronize(ctx, other)); /* no stream waits on the gate any more */
     t_gate_done(&g, 1);
     T_OK(gm_free(ctx, a));
     T_OK(gm_stream_destroy(ctx, s));

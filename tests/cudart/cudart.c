@@ -62,6 +62,7 @@ typedef struct region {
 } region;
 
 typedef struct vmh {          /* cuMemCreate's physical memory */
+    struct vmh* all;          /* every record ever made (they are never freed) */
     int dev;
     size_t off, size;
     int mapped, released;
@@ -115,6 +116,7 @@ static region* g_reg;
 static size_t g_nreg, g_capreg;
 static reservation* g_res;
 static size_t g_nres, g_capres;
+static struct vmh* g_vmh;    /* cuMemCreate's records, all of them */
 static slot* g_free_slots;    /* destroyed handles, newest first */
 static cudaError_t g_sticky;
 static int g_violations;
@@ -333,7 +335,7 @@ static void* worker(void* arg) {
     return NULL;
 }
 
-static stream* stream_new(int dev, int blocking, int legacy) {
+static stream* stream_new(int dev, int blocking, int legacy) { /* under G */
     stream* s = (stream*)calloc(1, sizeof *s);
     gdev* d = &g_dev[dev];
     if (!s) return NULL;
@@ -1116,14 +1118,14 @@ API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a, const 
 
 /* >>api-streams -------------------------------------------------------------- */
 static cudaError_t stream_create(cudaStream_t* out, unsigned int flags) {
-    slot* sl;
+    slot* sl = NULL;
     stream* s;
     if (!out) return fail(cudaErrorInvalidValue);
-    s = stream_new(t_dev, !(flags & cudaStreamNonBlocking), 0);
-    if (!s) return fail(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&G);
-    if ((sl = g_free_slots) != NULL) g_free_slots = sl->next_free; /* the newest freed handle first */
+    s = stream_new(t_dev, !(flags & cudaStreamNonBlocking), 0);
+    if (s && (sl = g_free_slots) != NULL) g_free_slots = sl->next_free; /* the newest freed handle first */
     pthread_mutex_unlock(&G);
+    if (!s) return fail(cudaErrorMemoryAllocation);
     if (!sl && !(sl = (slot*)calloc(1, sizeof *sl))) return fail(cudaErrorMemoryAllocation);
     pthread_mutex_lock(&G);
     sl->s = s, sl->live = 1, sl->next_free = NULL;
@@ -1509,6 +1511,8 @@ static CUresult vm_create(CUmemGenericAllocationHandle* h, size_t size, const CU
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     d->used += size;
+    m->all = g_vmh;
+    g_vmh = m;
     pthread_mutex_unlock(&G);
     m->dev = prop->location.id, m->off = off, m->size = size;
     *h = (CUmemGenericAllocationHandle)(uintptr_t)m;
