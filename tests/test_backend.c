@@ -146,6 +146,43 @@ static void test_managed_free(void) {
     t_gate_done(&g, 0);
 }
 
+/* cudaFree waits for the whole device: gpumem calls it with the context
+   lock dropped, so another thread's allocation goes on meanwhile. */
+static void test_free_outside_lock(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_stream other;
+    t_gate g;
+    freer f;
+    pthread_t th;
+    void* q = NULL;
+    double t0;
+    d.caching = GM_TOGGLE_OFF; /* every free goes to the backend */
+    ctx = t_setup(d);
+    memset(&f, 0, sizeof f);
+    f.ctx = ctx;
+    T_OK(gm_alloc(ctx, &f.p, MiB, NULL));
+    T_OK(gm_stream_create(ctx, &other));
+    t_gate_init(&g);
+    T_OK(gm_launch_host(ctx, other, t_gate_wait, &g)); /* the device stays busy */
+    t_open_later(&g, 2000);                            /* (were the lock held, the check below fails, not hangs) */
+    pthread_create(&th, NULL, free_in_thread, &f);     /* its cudaFree waits for that */
+    {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    t0 = t_now();
+    T_OK(gm_alloc(ctx, &q, MiB, NULL)); /* not stuck behind the free */
+    T_CHECK(t_now() - t0 < 1.0);
+    T_EQ(gm_check(ctx), 0);
+    pthread_join(th, NULL);
+    T_OK(f.r);
+    T_OK(gm_free(ctx, q));
+    T_OK(gm_stream_destroy(ctx, other));
+    T_OK(gm_shutdown(ctx));
+    t_gate_done(&g, 1);
+}
+
 /* Host functions make no CUDA call (the stand-in counts any as a
    violation, which fails the program). */
 static volatile int host_fn_ran, host_fn_inside;
@@ -338,6 +375,7 @@ int main(void) {
     test_alignment();
     test_stream_handles();
     test_managed_free();
+    test_free_outside_lock();
     test_host_functions();
 #ifdef GPUMEM_URING
     test_staging_registered();
