@@ -517,6 +517,8 @@ typedef struct gm_tier_stats {
     int64_t disk_errors;      /* transfers that failed (the tensor stayed put) */
     int64_t checksum_failures;
     int64_t host_demotions;   /* host copies written to disk to make host room */
+    int64_t host_reserved;    /* pinned bytes the host pool holds (it gives back whole chunks
+                                 past twice its recent peak use) */
 } gm_tier_stats;
 
 /* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
@@ -5396,7 +5398,11 @@ typedef struct gm__tier {
     gm_stream copy;
     void* sync_ev;          /* scratch: recorded, waited on, recorded again */
     gm__arena host;         /* the pinned pool: segments from host_alloc */
-    size_t host_reserved;
+    size_t host_reserved;   /* pinned bytes held: the pool's segments and those retiring */
+    size_t host_used;       /* bytes of the pool's blocks held by tensors */
+    size_t host_peak;       /* the most host_used in this window */
+    uint64_t host_window;   /* tier clock when the window began */
+    struct gm__hretire* retiring; /* chunks left the pool, freed once the copy stream is past them */
     gm_tier_stats st;
     /* policy */
     gm_evict_policy policy;
@@ -5417,6 +5423,16 @@ typedef struct gm__tier {
 } gm__tier;
 
 #define GM__HOST_CHUNK (64 * GM__MIB)
+/* The host pool gives back whole free chunks past twice the peak use of
+   the last GM__HOST_WINDOW tier operations (creates, acquires, releases):
+   mostly empty for a while, like the device's gc threshold. */
+#define GM__HOST_WINDOW 1024
+typedef struct gm__hretire {
+    void* p;
+    size_t n;
+    void* ev;               /* on the copy stream after the last copy into or from it */
+    struct gm__hretire* next;
+} gm__hretire;
 #define GM__NEVER ((uint64_t)1 << 62)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
 
@@ -5472,16 +5488,83 @@ static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
     return 1;
 }
 
-static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
-    return gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
-                         gm__round_up(bytes ? bytes : 1, 4096), gm__host_grow, tm);
+/* Retiring chunks whose copies are done go back to the backend; all of
+   them, after a wait, when `wait`. */
+static void gm__host_retired(gm_context* ctx, gm__tier* tm, int wait) {
+    gm__hretire **pp = &tm->retiring, *r;
+    while ((r = *pp) != NULL) {
+        gm_result q = r->ev ? (wait ? ctx->be->event_sync(ctx, r->ev) : ctx->be->event_query(ctx, r->ev)) : GM_OK;
+        if (q == GM_NOT_READY) {
+            pp = &r->next;
+            continue;
+        }
+        if (q != GM_OK) ctx->be->stream_sync(ctx, tm->copy); /* cannot tell: be sure */
+        *pp = r->next;
+        if (r->ev) ctx->be->event_destroy(ctx, r->ev);
+        gm__pinned_free(ctx, r->p, r->n);
+        tm->host_reserved -= r->n;
+        GPUMEM_FREE(r);
+    }
 }
 
-static void gm__host_free(gm__tier* tm, gm__tensor* x) {
+/* At the end of a window, whole free chunks past twice the window's peak
+   use leave the pool; they are freed once the copy stream is past them. */
+static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
+    gm__seg *sg, *next;
+    size_t keep, held;
+    if (tm->retiring) gm__host_retired(ctx, tm, 0);
+    if (tm->clock - tm->host_window < GM__HOST_WINDOW) return;
+    keep = 2 * tm->host_peak;
+    held = 0;
+    for (sg = tm->host.segs; sg; sg = sg->next) held += sg->size;
+    for (sg = tm->host.segs; sg && held > keep; sg = next) {
+        gm__hretire* r;
+        next = sg->next;
+        if (!gm__seg_whole_free(sg) || held - sg->size < keep) continue;
+        r = (gm__hretire*)gm__calloc(sizeof *r);
+        if (!r) break;
+        r->p = (void*)sg->base;
+        r->n = sg->size;
+        if (ctx->be->event_create(ctx, &r->ev) != GM_OK) r->ev = NULL;
+        else if (ctx->be->event_record(ctx, r->ev, tm->copy) != GM_OK) {
+            ctx->be->event_destroy(ctx, r->ev);
+            r->ev = NULL;
+        }
+        if (!r->ev && ctx->be->stream_sync(ctx, tm->copy) != GM_OK) { /* no event: the copies must be done now */
+            GPUMEM_FREE(r);
+            break;
+        }
+        held -= sg->size;
+        gm__arena_drop(&tm->host, sg);
+        r->next = tm->retiring;
+        tm->retiring = r;
+        gm__log(ctx, GM_LOG_DEBUG, "tier: host pool gives back %zu bytes (peak use %zu of the last %d operations)",
+                r->n, tm->host_peak, GM__HOST_WINDOW);
+    }
+    tm->host_window = tm->clock;
+    tm->host_peak = tm->host_used;
+    if (tm->retiring) gm__host_retired(ctx, tm, 0);
+}
+
+static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
+    gm__block* b;
+    if (tm->retiring) gm__host_retired(ctx, tm, 0);
+    b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
+                      gm__round_up(bytes ? bytes : 1, 4096), gm__host_grow, tm);
+    if (b) {
+        tm->host_used += b->size;
+        if (tm->host_used > tm->host_peak) tm->host_peak = tm->host_used;
+    }
+    return b;
+}
+
+static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (!x->host) return;
+    tm->host_used -= x->host->size;
     gm__arena_give(&tm->host, x->host);
     x->host = NULL;
     x->host_valid = 0;
+    gm__host_trim(ctx, tm);
 }
 
 static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
@@ -5652,7 +5735,7 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
             tm->st.host_demotions++;
         }
         gm__tier_count(tm, v, -1);
-        gm__host_free(tm, v); /* copies queued on it run first (copy stream) */
+        gm__host_free(ctx, tm, v); /* copies queued on it run first (copy stream) */
         gm__tier_count(tm, v, 1);
     }
     return b;
@@ -6063,7 +6146,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     gm__lru_del(tm, x);
     if (x->dev) gm__dev_drop(ctx, x);
     if (x->managed) gm__managed_drop(ctx, tm, x);
-    gm__host_free(tm, x);
+    gm__host_free(ctx, tm, x);
     gm__disk_drop(ctx, x);
     if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
     if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
@@ -6135,7 +6218,7 @@ GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s
     }
     if (written && (x->host_valid || x->disk_valid)) { /* copies below are stale: their space goes back */
         gm__tier_count(tm, x, -1);
-        gm__host_free(tm, x); /* later copies into it queue after those from it */
+        gm__host_free(ctx, tm, x); /* later copies into it queue after those from it */
         gm__disk_drop(ctx, x); /* no I/O outlives the call that made it */
         gm__tier_count(tm, x, 1);
     }
@@ -6196,7 +6279,7 @@ GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier ti
         }
         if (r == GM_OK && x->host_valid) {
             gm__tier_count(tm, x, -1);
-            gm__host_free(tm, x);
+            gm__host_free(ctx, tm, x);
             gm__tier_count(tm, x, 1);
         }
         pthread_mutex_unlock(&tm->mu);
@@ -6231,6 +6314,7 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     if (!tm) return GM_OK;
     pthread_mutex_lock(&tm->mu);
     *out = tm->st;
+    out->host_reserved = (int64_t)tm->host_reserved;
     if (ctx->disk) {
         const gm__disk* dk = (const gm__disk*)ctx->disk;
         out->disk_reserved = (int64_t)dk->reserved;
@@ -6317,11 +6401,23 @@ static int gm__tier_check(gm_context* ctx) {
     }
     {
         int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0;
+        size_t segb = 0, held = 0;
+        const gm__seg* sg;
+        const gm__hretire* r;
         bad += gm__arena_check(ctx, &tm->host, &un, &ub, &pn, &pb, &rb);
+        for (sg = tm->host.segs; sg; sg = sg->next) segb += sg->size;
+        for (r = tm->retiring; r; r = r->next) segb += r->n;
+        for (i = 0; i < tm->n; i++)
+            if (tm->t[i].live && tm->t[i].host) held += tm->t[i].host->size;
+        if ((size_t)ub != tm->host_used || held != tm->host_used || segb != tm->host_reserved ||
+            tm->host_peak < tm->host_used) {
+            gm__log(ctx, GM_LOG_ERROR, "check: the host pool's counts differ from its blocks (%lld/%zu/%zu used, %zu/%zu held)",
+                    (long long)ub, held, tm->host_used, segb, tm->host_reserved);
+            bad++;
+        }
         if (ctx->disk) { /* the extents in use are exactly the tensors' */
             gm__disk* dk = (gm__disk*)ctx->disk;
-            const gm__seg* sg;
-            size_t segb = 0;
+            segb = 0;
             un = ub = 0;
             bad += gm__arena_check(ctx, &dk->ar, &un, &ub, &pn, &pb, &rb);
             for (sg = dk->ar.segs; sg; sg = sg->next) segb += sg->size;
@@ -6353,6 +6449,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
         if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
         if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
     }
+    gm__host_retired(ctx, tm, 1);
     for (s = tm->host.segs; s; s = s->next) gm__pinned_free(ctx, (void*)s->base, s->size);
     gm__arena_destroy(&tm->host);
     if (tm->sync_ev) ctx->be->event_destroy(ctx, tm->sync_ev);

@@ -380,6 +380,53 @@ static void* first_create(void* arg) {
     return NULL;
 }
 
+/* The host pool gives whole chunks back once it has been mostly empty for
+   a while (twice the peak use of the last 1024 tier operations stays), and
+   grows again when needed; every byte stays intact. */
+static void test_host_giveback(void) {
+    gm_context* ctx = tier_ctx(16 * MiB, 512 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor t[64];
+    unsigned seed[64];
+    gm_tier_stats ts;
+    int64_t grown;
+    int i, k;
+    for (i = 0; i < 64; i++) {
+        seed[i] = (unsigned)i + 1;
+        T_OK(gm_tensor_create(ctx, &t[i], 4 * MiB));
+        fill(ctx, t[i], 4 * MiB, seed[i], NULL);
+    }
+    for (i = 0; i < 64; i++)
+        if (where(ctx, t[i]) == GM_TIER_DEVICE) T_OK(gm_tensor_evict(ctx, t[i]));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    grown = ts.host_reserved;
+    T_CHECK(grown >= (int64_t)(256 * MiB));
+    for (i = 4; i < 64; i++) T_OK(gm_tensor_destroy(ctx, t[i])); /* the pool is mostly empty now */
+    for (k = 0; k < 1500; k++) { /* a window (1024 operations) passes after the emptying one */
+        i = k % 4;
+        seed[i] += 100;
+        fill(ctx, t[i], 4 * MiB, seed[i], NULL); /* written: the host copy goes */
+        if (k % 3 == 0) T_OK(gm_tensor_evict(ctx, t[(k + 2) % 4])); /* and some come back to host */
+        if (k % 50 == 0) T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.host_reserved <= (int64_t)(128 * MiB)); /* chunks went back */
+    T_CHECK(ts.host_reserved < grown);
+    for (i = 0; i < 4; i++) verify(ctx, t[i], 4 * MiB, seed[i], NULL);
+    T_EQ(errors_now(ctx), 0);
+    for (i = 4; i < 64; i++) { /* the pool grows again */
+        seed[i] = (unsigned)i + 1000;
+        T_OK(gm_tensor_create(ctx, &t[i], 4 * MiB));
+        fill(ctx, t[i], 4 * MiB, seed[i], NULL);
+    }
+    for (i = 0; i < 64; i++) verify(ctx, t[i], 4 * MiB, seed[i], NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.host_reserved >= (int64_t)(200 * MiB));
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 64; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_regressions(void) {
     gm_context* ctx;
     gm_tensor a, old;
@@ -478,6 +525,7 @@ int main(int argc, char** argv) {
     test_prefetch();
     test_learned_order();
     test_regressions();
+    test_host_giveback();
     test_custom_policy();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     return t_done();
