@@ -100,7 +100,9 @@
     THE TIERED MANAGER
     ==================
     Tensors (gm_tensor, a handle with a generation) live on the device while
-    used and spill to a pinned host pool (desc.host_budget) when cold:
+    used and spill to a pinned host pool (desc.host_budget, grown in 64 MiB
+    chunks, whole free chunks given back past twice the peak use of the
+    last 1024 tensor operations) when cold:
         gm_tensor w;  void* p;
         gm_tensor_create(ctx, &w, bytes);
         gm_tensor_acquire(ctx, w, stream, &p);  // on the device, ordered on stream
