@@ -1,8 +1,19 @@
-/* bench/spill: a training-like step (forward over L layer tensors, then
-   backward in reverse, each use a "kernel" of fixed compute time on the
-   stream) under device budgets from twice the working set down to a
-   quarter of it, on the sim backend with a modelled link. Five ways:
+/* bench/spill: training-like steps under device budgets from twice the
+   working set down to a quarter of it, on the sim backend with a modelled
+   link, each against the lower bound no eviction order can beat.
 
+   Workloads (each use: acquire one tensor, a "kernel" of compute time
+   proportional to its size on the stream, release, written or not):
+     layers       16 layer tensors of 32 MiB, forward 0..15 then backward
+                  15..0, every use written (5 ms of compute per use; a
+                  tensor crosses the 8 GiB/s link in 3.9 ms)
+     transformer  6 blocks, each with weights (24 MiB), activations kept
+                  from the forward pass for the backward pass (32 MiB),
+                  gradients (24 MiB) and optimizer moments (48 MiB):
+                  forward W(read) A(write), backward in reverse A(read)
+                  W(read) G(write), optimizer G(read) M(write) W(write)
+
+   Modes:
      raw       every tensor from the raw backend (capacity = the budget)
      caching   every tensor from gm_alloc under the budget
      lru       tiered manager, host spill, least recently released first
@@ -12,56 +23,206 @@
                with no fault overhead: a flattering model of unified memory)
      lru+disk, learned+disk
                the two tier policies with a host tier of a quarter of the
-               working set and the disk tier below it (spill file in DIR):
-               three tiers, real disk I/O
+               working set and the disk tier below it (spill file in DIR)
 
-   For each: completes or out of memory, step time (median of the measured
-   steps), its ratio to the in-memory step, bytes moved per step, and the
-   achieved copy rate (bytes over the time the link was busy) as a fraction
-   of the modelled link rate, and the bytes through the disk per step.
-   Prints a table; writes CSV.
+   The bound of a row is the largest of: the compute time; the bytes each
+   way over the link over its rate, where the bytes are those Belady's
+   order (evict the tensor used farthest ahead; a written one costs a copy
+   out) moves in a steady-state step with the device budget; and for the
+   disk rows, the bytes Belady's order moves to and from the disk with the
+   device and host tiers together as the cache, over the disk's bandwidth
+   measured in this run (O_DIRECT, 1 MiB at a time, in DIR). Belady's order
+   is optimal for tensors of one size and a strong heuristic for mixed
+   sizes.
+
+   Per row: completes or not, step time (median of the measured steps), its
+   ratio to the in-memory step and to the bound, bytes moved per step, the
+   achieved link rate as a fraction of the modelled one, bytes through the
+   disk per step, and the mean I/O queue depth (of disk_depth 32). Then the
+   learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables;
+   writes CSV.
 
    usage: spill [CSV] [DIR]   (default build/bench-spill.csv, /var/tmp) */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "bench.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
-enum { L = 16, STEPS = 4 };               /* one to learn, one to settle, two measured */
-static const size_t S = 32 * MiB;          /* one layer tensor */
-static const double LINK = 8.0 * (1 << 30); /* bytes per second, each way */
-static const double COMPUTE_MS = 5.0;      /* per use; a copy of S takes 3.9 ms */
+enum { STEPS = 4, MAXT = 64, MAXU = 128, DEPTH = 32 }; /* steps: one to learn, one to settle, two measured */
+static const double MS_PER_MIB = 5.0 / 32;               /* compute: 5 ms per 32 MiB touched */
 
-static void compute(void* arg) {
-    struct timespec ts;
-    (void)arg;
-    ts.tv_sec = 0;
-    ts.tv_nsec = (long)(COMPUTE_MS * 1e6);
-    nanosleep(&ts, NULL);
+typedef struct use { int t, write; } use;
+typedef struct workload {
+    const char* name;
+    int n, nseq;
+    size_t size[MAXT];
+    use seq[MAXU];
+    double ms[MAXU]; /* compute per use */
+} workload;
+
+static workload wl_layers(void) {
+    workload w;
+    int i;
+    memset(&w, 0, sizeof w);
+    w.name = "layers";
+    w.n = 16;
+    for (i = 0; i < 16; i++) w.size[i] = 32 * MiB;
+    for (i = 0; i < 32; i++) {
+        w.seq[i].t = i < 16 ? i : 31 - i;
+        w.seq[i].write = 1;
+    }
+    w.nseq = 32;
+    return w;
 }
+
+static void add(workload* w, int t, int write) {
+    w->seq[w->nseq].t = t;
+    w->seq[w->nseq].write = write;
+    w->nseq++;
+}
+
+static workload wl_transformer(void) {
+    enum { B = 6 };
+    workload w;
+    int b;
+    memset(&w, 0, sizeof w);
+    w.name = "transformer";
+    w.n = 4 * B; /* W_b = 4b, A_b = 4b+1, G_b = 4b+2, M_b = 4b+3 */
+    for (b = 0; b < B; b++) {
+        w.size[4 * b] = 24 * MiB;
+        w.size[4 * b + 1] = 32 * MiB;
+        w.size[4 * b + 2] = 24 * MiB;
+        w.size[4 * b + 3] = 48 * MiB;
+    }
+    for (b = 0; b < B; b++) add(&w, 4 * b, 0), add(&w, 4 * b + 1, 1);
+    for (b = B - 1; b >= 0; b--) add(&w, 4 * b + 1, 0), add(&w, 4 * b, 0), add(&w, 4 * b + 2, 1);
+    for (b = 0; b < B; b++) add(&w, 4 * b + 2, 0), add(&w, 4 * b + 3, 1), add(&w, 4 * b, 1);
+    return w;
+}
+
+static void set_compute(workload* w) {
+    int u;
+    for (u = 0; u < w->nseq; u++) w->ms[u] = (double)(w->size[w->seq[u].t] / MiB) * MS_PER_MIB;
+}
+
+static size_t ws_of(const workload* w) {
+    size_t s = 0;
+    int i;
+    for (i = 0; i < w->n; i++) s += w->size[i];
+    return s;
+}
+
+static double compute_ms(const workload* w) {
+    double s = 0;
+    int u;
+    for (u = 0; u < w->nseq; u++) s += w->ms[u];
+    return s;
+}
+
+/* Belady's order over three repetitions of the step with `cap` bytes of
+   cache; the traffic of the third (steady state): bytes brought in, and
+   bytes of written tensors evicted. */
+static void belady(const workload* w, size_t cap, double* in, double* out) {
+    int res[MAXT] = {0}, dirty[MAXT] = {0};
+    size_t used = 0;
+    int rep, u, i;
+    *in = *out = 0;
+    for (rep = 0; rep < 3; rep++) {
+        for (u = 0; u < w->nseq; u++) {
+            int t = w->seq[u].t;
+            if (!res[t]) {
+                if (rep == 2) *in += (double)w->size[t];
+                while (used + w->size[t] > cap) {
+                    int v = -1, k;
+                    long best = -1;
+                    for (i = 0; i < w->n; i++) {
+                        long d = 1L << 30;
+                        if (!res[i] || i == t) continue;
+                        for (k = 1; k <= w->nseq; k++)
+                            if (w->seq[(u + k) % w->nseq].t == i) {
+                                d = k;
+                                break;
+                            }
+                        if (d > best) best = d, v = i;
+                    }
+                    if (v < 0) break; /* t alone does not fit: counted as moved, nothing to evict */
+                    if (dirty[v] && rep == 2) *out += (double)w->size[v];
+                    res[v] = dirty[v] = 0;
+                    used -= w->size[v];
+                }
+                res[t] = 1;
+                used += w->size[t];
+            }
+            if (w->seq[u].write) dirty[t] = 1;
+        }
+    }
+}
+
+/* The disk's sequential bandwidth in dir, O_DIRECT, 1 MiB at a time;
+   negative when it cannot be measured. */
+static void disk_bw(const char* dir, double* wbs, double* rbs) {
+    const size_t total = 256 * MiB, chunk = MiB;
+    void* buf = NULL;
+    size_t off;
+    double t0;
+    int fd;
+    *wbs = *rbs = -1;
+    fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) fd = open(dir, O_TMPFILE | O_RDWR, 0600); /* no O_DIRECT here: as gpumem does */
+    if (fd < 0 || posix_memalign(&buf, 4096, chunk) != 0) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    memset(buf, 0x5a, chunk);
+    t0 = bench_now_ns();
+    for (off = 0; off < total; off += chunk)
+        if (pwrite(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) break;
+    if (fsync(fd) == 0 && off == total) *wbs = (double)total / ((bench_now_ns() - t0) / 1e9);
+    t0 = bench_now_ns();
+    for (off = 0; off < total; off += chunk)
+        if (pread(fd, buf, chunk, (off_t)off) != (ssize_t)chunk) break;
+    if (off == total) *rbs = (double)total / ((bench_now_ns() - t0) / 1e9);
+    close(fd);
+    free(buf);
+}
+
+static double g_link;        /* bytes per second, each way */
+static const char* disk_dir; /* set: the tier runs get a small host tier and the disk */
+static double g_disk_w, g_disk_r;
 
 typedef struct result {
     int ok;
-    double step_ms, moved_mib, rate, disk_mib;
+    double step_ms, moved_mib, rate, disk_mib, depth;
     char why[64];
 } result;
 
-static const char* disk_dir; /* set: the tier runs get a small host tier and the disk */
+static void compute(void* arg) {
+    double ms = *(const double*)arg;
+    struct timespec ts;
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
+    nanosleep(&ts, NULL);
+}
 
-static gm_context* make_ctx(size_t budget, int managed, int cap_device) {
+static gm_context* make_ctx(const workload* w, size_t budget, int managed, int cap_device) {
     gm_context* ctx = NULL;
     gm_desc d;
     memset(&d, 0, sizeof d);
     d.backend = GM_BACKEND_SIM;
     d.ignore_env = 1;
     d.device_budget = budget;
-    d.host_budget = disk_dir ? (size_t)L * S / 4 : (size_t)L * S + 256 * MiB;
+    d.host_budget = disk_dir ? ws_of(w) / 4 : ws_of(w) + 256 * MiB;
     d.disk_dir = disk_dir;
+    d.disk_depth = DEPTH;
     d.fallback = managed ? GM_FALLBACK_MANAGED : GM_FALLBACK_FAIL;
     d.sim.capacity = cap_device ? budget : (size_t)64 << 30;
-    d.sim.link_bytes_per_s = LINK;
+    d.sim.link_bytes_per_s = g_link;
     if (gm_setup(&ctx, &d) != GM_OK) return NULL;
     return ctx;
 }
@@ -75,26 +236,26 @@ static double link_moved(gm_context* ctx, double* busy_s) {
 }
 
 /* raw / caching: the tensors must all fit. */
-static result run_flat(size_t budget, int raw) {
+static result run_flat(workload* w, size_t budget, int raw) {
     result r;
-    gm_context* ctx = make_ctx(budget, 0, raw);
-    void* p[L];
+    gm_context* ctx = make_ctx(w, budget, 0, raw);
+    void* p[MAXT];
     double times[STEPS];
     int i, k, n = 0;
     memset(&r, 0, sizeof r);
     if (!ctx) return r;
-    for (i = 0; i < L; i++) {
-        gm_result e = raw ? gm_raw_alloc(ctx, &p[i], S) : gm_alloc(ctx, &p[i], S, NULL);
+    for (i = 0; i < w->n; i++) {
+        gm_result e = raw ? gm_raw_alloc(ctx, &p[i], w->size[i]) : gm_alloc(ctx, &p[i], w->size[i], NULL);
         if (e != GM_OK) {
-            snprintf(r.why, sizeof r.why, "OOM at tensor %d of %d", i + 1, L);
+            snprintf(r.why, sizeof r.why, "OOM at tensor %d of %d", i + 1, w->n);
             break;
         }
         n++;
     }
-    if (n == L) {
+    if (n == w->n) {
         for (k = 0; k < STEPS; k++) {
             double t0 = bench_now_ns();
-            for (i = 0; i < 2 * L; i++) gm_launch_host(ctx, NULL, compute, NULL);
+            for (i = 0; i < w->nseq; i++) gm_launch_host(ctx, NULL, compute, &w->ms[i]);
             gm_stream_synchronize(ctx, NULL);
             times[k] = (bench_now_ns() - t0) / 1e6;
         }
@@ -102,109 +263,163 @@ static result run_flat(size_t budget, int raw) {
         r.step_ms = bench_median(times + 2, STEPS - 2);
     }
     for (i = 0; i < n; i++) {
-        if (raw) gm_raw_free(ctx, p[i], S);
+        if (raw) gm_raw_free(ctx, p[i], w->size[i]);
         else gm_free(ctx, p[i]);
     }
     gm_shutdown(ctx);
     return r;
 }
 
-static result run_tier(size_t budget, gm_evict_policy policy, int ahead, int managed) {
+static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int ahead, int managed) {
     result r;
-    gm_context* ctx = make_ctx(budget, managed, 0);
-    gm_tensor t[L];
+    gm_context* ctx = make_ctx(w, budget, managed, 0);
+    gm_tensor t[MAXT];
     gm_stream s;
-    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0;
+    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0;
     gm_tier_stats ts;
     int i, k, n = 0;
     memset(&r, 0, sizeof r);
     if (!ctx) return r;
     gm_stream_create(ctx, &s);
     gm_tier_set_policy(ctx, policy, ahead, NULL, NULL);
-    for (i = 0; i < L; i++) {
-        if (gm_tensor_create(ctx, &t[i], S) != GM_OK) {
-            snprintf(r.why, sizeof r.why, "OOM at tensor %d of %d", i + 1, L);
+    for (i = 0; i < w->n; i++) {
+        if (gm_tensor_create(ctx, &t[i], w->size[i]) != GM_OK) {
+            snprintf(r.why, sizeof r.why, "OOM at tensor %d of %d", i + 1, w->n);
             break;
         }
         n++;
     }
-    for (k = 0; k < STEPS && n == L; k++) {
+    for (k = 0; k < STEPS && n == w->n; k++) {
         double t0;
         int failed = 0;
         if (k == 2) {
             moved0 = link_moved(ctx, &busy0);
             gm_tier_get_stats(ctx, &ts);
             disk0 = (double)(ts.bytes_to_disk + ts.bytes_from_disk);
+            ios0 = (double)ts.disk_ios;
+            depth0 = (double)ts.disk_depth_sum;
         }
         t0 = bench_now_ns();
-        for (i = 0; i < 2 * L && !failed; i++) {
-            int j = i < L ? i : 2 * L - 1 - i;
+        for (i = 0; i < w->nseq && !failed; i++) {
+            int j = w->seq[i].t;
             void* p;
             if (gm_tensor_acquire(ctx, t[j], s, &p) != GM_OK) {
                 snprintf(r.why, sizeof r.why, "acquire failed");
                 failed = 1;
                 break;
             }
-            gm_launch_host(ctx, s, compute, NULL);
-            gm_tensor_release(ctx, t[j], s, 1);
+            gm_launch_host(ctx, s, compute, &w->ms[i]);
+            gm_tensor_release(ctx, t[j], s, w->seq[i].write);
         }
         gm_stream_synchronize(ctx, s);
         times[k] = (bench_now_ns() - t0) / 1e6;
         gm_tier_step(ctx);
         if (failed) n = 0;
     }
-    if (n == L) {
+    if (n == w->n) {
         gm_device_synchronize(ctx);
         moved1 = link_moved(ctx, &busy1);
         r.ok = 1;
         r.step_ms = bench_median(times + 2, STEPS - 2);
         r.moved_mib = (moved1 - moved0) / (STEPS - 2) / (double)MiB;
-        r.rate = busy1 > busy0 ? (moved1 - moved0) / (busy1 - busy0) / LINK : 0;
+        r.rate = busy1 > busy0 ? (moved1 - moved0) / (busy1 - busy0) / g_link : 0;
         gm_tier_get_stats(ctx, &ts);
         r.disk_mib = ((double)(ts.bytes_to_disk + ts.bytes_from_disk) - disk0) / (STEPS - 2) / (double)MiB;
+        r.depth = (double)ts.disk_ios > ios0 ? ((double)ts.disk_depth_sum - depth0) / ((double)ts.disk_ios - ios0) : -1;
     }
-    for (i = 0; i < L && i < n; i++) gm_tensor_destroy(ctx, t[i]);
+    for (i = 0; i < w->n && i < n; i++) gm_tensor_destroy(ctx, t[i]);
     gm_stream_destroy(ctx, s);
     gm_shutdown(ctx);
     return r;
 }
 
+/* The row's lower bound in ms (negative: no disk figure for a disk row). */
+static double bound_ms(const workload* w, size_t budget, int disk) {
+    double in, out, b = compute_ms(w), l;
+    belady(w, budget, &in, &out);
+    l = (in > out ? in : out) / g_link * 1e3;
+    if (l > b) b = l;
+    if (disk) {
+        double d;
+        if (g_disk_w <= 0 || g_disk_r <= 0) return -1;
+        belady(w, budget + ws_of(w) / 4, &in, &out);
+        d = (out / g_disk_w + in / g_disk_r) * 1e3;
+        if (d > b) b = d;
+    }
+    return b;
+}
+
+static const char* names[] = {"raw", "caching", "lru", "learned", "managed", "lru+disk", "learned+disk"};
+
+static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
+    size_t budget = (size_t)((double)ws_of(w) / ratio) / MiB * MiB;
+    double in_memory = compute_ms(w), bound;
+    char c1[32], c2[32], c3[32], f1[32], f2[32];
+    result r;
+    disk_dir = m >= 5 ? dir : NULL;
+    if (m < 2) r = run_flat(w, budget, m == 0);
+    else if (m == 2 || m == 5) r = run_tier(w, budget, GM_EVICT_LRU, 0, 0);
+    else if (m == 3 || m == 6) r = run_tier(w, budget, GM_EVICT_LEARNED, 3, 0);
+    else r = run_tier(w, budget, GM_EVICT_LRU, 0, 1);
+    bound = bound_ms(w, budget, m >= 5);
+    if (r.ok)
+        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s\n", names[m], ratio, "completes", r.step_ms,
+               r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
+               bench_cell(c2, sizeof c2, "%.2f", bound > 0 ? r.step_ms / bound : -1), r.moved_mib, 100 * r.rate,
+               r.disk_mib, bench_cell(c3, sizeof c3, "%.1f", m >= 5 ? r.depth : -1));
+    else
+        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s\n", names[m], ratio, r.why[0] ? r.why : "failed", "-",
+               "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-");
+    if (csv)
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s\n", w->name, g_link / 1e9, names[m], ratio, r.ok,
+                r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
+                bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
+                r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1));
+}
+
+static void header(const workload* w) {
+    printf("\n%s: %d tensors, working set %zu MiB, %d uses, in-memory step %.0f ms of compute; link %.1f GB/s each way\n",
+           w->name, w->n, ws_of(w) / MiB, w->nseq, compute_ms(w), g_link / 1e9);
+    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s\n", "mode", "ratio", "result", "step ms", "x memory",
+           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth");
+}
+
 int main(int argc, char** argv) {
     static const double ratios[] = {0.5, 1.0, 1.5, 2.0, 3.0, 4.0};
-    static const char* names[] = {"raw", "caching", "lru", "learned", "managed", "lru+disk", "learned+disk"};
+    static const double links[] = {25e9, 50e9};
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-spill.csv";
     const char* dir = argc > 2 ? argv[2] : "/var/tmp";
     FILE* csv = fopen(csv_path, "w");
-    double in_memory = 2 * L * COMPUTE_MS;
-    size_t ws = (size_t)L * S, ri;
-    int m;
-    printf("sim backend; %d layer tensors of %zu MiB (working set %zu MiB); %.0f ms of compute per use; link %.0f GiB/s "
-           "each way (a tensor crosses in %.1f ms)\n",
-           L, S / MiB, ws / MiB, COMPUTE_MS, LINK / (1 << 30), (double)S / LINK * 1e3);
-    printf("in-memory step: %.0f ms of compute (2 x %d uses)\n\n", in_memory, L);
-    printf("three-tier rows: host tier %zu MiB (a quarter of the working set), spill file in %s\n\n", ws / 4 / MiB, dir);
-    printf("%-12s %6s | %-26s %9s %8s %10s %8s %10s\n", "mode", "ratio", "result", "step ms", "x memory", "MiB/step",
-           "link %", "disk MiB");
-    if (csv) fprintf(csv, "mode,ratio,completed,step_ms,over_in_memory,moved_mib_per_step,link_fraction,disk_mib_per_step\n");
-    for (m = 0; m < 7; m++) {
-        disk_dir = m >= 5 ? dir : NULL;
-        for (ri = 0; ri < sizeof ratios / sizeof ratios[0]; ri++) {
-            size_t budget = (size_t)((double)ws / ratios[ri]);
-            result r;
-            budget = budget / MiB * MiB;
-            if (m < 2) r = run_flat(budget, m == 0);
-            else if (m == 2) r = run_tier(budget, GM_EVICT_LRU, 0, 0);
-            else if (m == 3 || m == 6) r = run_tier(budget, GM_EVICT_LEARNED, 3, 0);
-            else r = run_tier(budget, GM_EVICT_LRU, 0, m == 4);
-            if (r.ok)
-                printf("%-12s %6.1f | %-26s %9.1f %8.2f %10.0f %7.0f%% %10.0f\n", names[m], ratios[ri], "completes",
-                       r.step_ms, r.step_ms / in_memory, r.moved_mib, 100 * r.rate, r.disk_mib);
-            else
-                printf("%-12s %6.1f | %-26s %9s %8s %10s %8s %10s\n", names[m], ratios[ri], r.why[0] ? r.why : "failed",
-                       "-", "-", "-", "-", "-");
-            if (csv)
-                fprintf(csv, "%s,%.2f,%d,%.2f,%.3f,%.1f,%.3f,%.1f\n", names[m], ratios[ri], r.ok, r.step_ms,
-                        r.step_ms / in_memory, r.moved_mib, r.rate, r.disk_mib);
+    workload wls[2];
+    size_t ri, li;
+    int m, k;
+    char c1[32], c2[32];
+    wls[0] = wl_layers();
+    wls[1] = wl_transformer();
+    for (k = 0; k < 2; k++) set_compute(&wls[k]);
+    disk_bw(dir, &g_disk_w, &g_disk_r);
+    printf("sim backend; compute %.2f ms per MiB a use touches; disk tier rows: host tier a quarter of the working set, "
+           "spill file in %s, I/O depth %d\n",
+           MS_PER_MIB, dir, DEPTH);
+    printf("disk measured in %s (O_DIRECT, 1 MiB at a time): write %s MB/s, read %s MB/s\n", dir,
+           bench_cell(c1, sizeof c1, "%.0f", g_disk_w > 0 ? g_disk_w / 1e6 : -1),
+           bench_cell(c2, sizeof c2, "%.0f", g_disk_r > 0 ? g_disk_r / 1e6 : -1));
+    printf("bound: the largest of compute, Belady's link traffic each way over the link, and (disk rows) Belady's disk "
+           "traffic over the measured disk\n");
+    if (csv)
+        fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
+                     "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth\n");
+    g_link = 8.0 * (1 << 30);
+    for (k = 0; k < 2; k++) {
+        header(&wls[k]);
+        for (m = 0; m < 7; m++)
+            for (ri = 0; ri < sizeof ratios / sizeof ratios[0]; ri++) row(csv, &wls[k], m, ratios[ri], dir);
+    }
+    for (li = 0; li < sizeof links / sizeof links[0]; li++) {
+        g_link = links[li];
+        for (k = 0; k < 2; k++) {
+            header(&wls[k]);
+            for (m = 3; m < 7; m += 3) row(csv, &wls[k], m, 2.0, dir);
         }
     }
     if (csv) {
