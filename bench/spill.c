@@ -38,7 +38,9 @@
    Per row: completes or not, step time (median of the measured steps), its
    ratio to the in-memory step and to the bound, bytes moved per step, the
    achieved link rate as a fraction of the modelled one, bytes through the
-   disk per step, and the mean I/O queue depth (of disk_depth 32). Then the
+   disk per step, the mean I/O queue depth (of disk_depth 32), and the host
+   time per step spent inside gm_tensor_acquire (blocked there, the thread
+   cannot queue the next kernel). Then the
    learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables;
    writes CSV.
 
@@ -198,7 +200,7 @@ static double g_disk_w, g_disk_r;
 
 typedef struct result {
     int ok;
-    double step_ms, moved_mib, rate, disk_mib, depth;
+    double step_ms, moved_mib, rate, disk_mib, depth, acq_ms;
     char why[64];
 } result;
 
@@ -275,7 +277,7 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
     gm_context* ctx = make_ctx(w, budget, managed, 0);
     gm_tensor t[MAXT];
     gm_stream s;
-    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0;
+    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0, acq0 = 0;
     gm_tier_stats ts;
     int i, k, n = 0;
     memset(&r, 0, sizeof r);
@@ -298,6 +300,7 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
             disk0 = (double)(ts.bytes_to_disk + ts.bytes_from_disk);
             ios0 = (double)ts.disk_ios;
             depth0 = (double)ts.disk_depth_sum;
+            acq0 = (double)ts.acquire_ns;
         }
         t0 = bench_now_ns();
         for (i = 0; i < w->nseq && !failed; i++) {
@@ -325,6 +328,7 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
         r.rate = busy1 > busy0 ? (moved1 - moved0) / (busy1 - busy0) / g_link : 0;
         gm_tier_get_stats(ctx, &ts);
         r.disk_mib = ((double)(ts.bytes_to_disk + ts.bytes_from_disk) - disk0) / (STEPS - 2) / (double)MiB;
+        r.acq_ms = ((double)ts.acquire_ns - acq0) / (STEPS - 2) / 1e6;
         r.depth = (double)ts.disk_ios > ios0 ? ((double)ts.disk_depth_sum - depth0) / ((double)ts.disk_ios - ios0) : -1;
     }
     for (i = 0; i < w->n && i < n; i++) gm_tensor_destroy(ctx, t[i]);
@@ -354,7 +358,7 @@ static const char* names[] = {"raw", "caching", "lru", "learned", "managed", "lr
 static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     size_t budget = (size_t)((double)ws_of(w) / ratio) / MiB * MiB;
     double in_memory = compute_ms(w), bound;
-    char c1[32], c2[32], c3[32], f1[32], f2[32];
+    char c1[32], c2[32], c3[32], c4[32], f1[32], f2[32];
     result r;
     disk_dir = m >= 5 ? dir : NULL;
     if (m < 2) r = run_flat(w, budget, m == 0);
@@ -363,25 +367,27 @@ static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     else r = run_tier(w, budget, GM_EVICT_LRU, 0, 1);
     bound = bound_ms(w, budget, m >= 5);
     if (r.ok)
-        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s\n", names[m], ratio, "completes", r.step_ms,
+        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %7s\n", names[m], ratio, "completes", r.step_ms,
                r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
                bench_cell(c2, sizeof c2, "%.2f", bound > 0 ? r.step_ms / bound : -1), r.moved_mib, 100 * r.rate,
-               r.disk_mib, bench_cell(c3, sizeof c3, "%.1f", m >= 5 ? r.depth : -1));
+               r.disk_mib, bench_cell(c3, sizeof c3, "%.1f", m >= 5 ? r.depth : -1),
+               bench_cell(c4, sizeof c4, "%.1f", m >= 2 ? r.acq_ms : -1));
     else
-        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s\n", names[m], ratio, r.why[0] ? r.why : "failed", "-",
-               "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-");
+        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %7s\n", names[m], ratio, r.why[0] ? r.why : "failed", "-",
+               "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-", "-");
     if (csv)
-        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s\n", w->name, g_link / 1e9, names[m], ratio, r.ok,
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s\n", w->name, g_link / 1e9, names[m], ratio, r.ok,
                 r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
                 bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
-                r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1));
+                r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1),
+                bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1));
 }
 
 static void header(const workload* w) {
     printf("\n%s: %d tensors, working set %zu MiB, %d uses, in-memory step %.0f ms of compute; link %.1f GB/s each way\n",
            w->name, w->n, ws_of(w) / MiB, w->nseq, compute_ms(w), g_link / 1e9);
-    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s\n", "mode", "ratio", "result", "step ms", "x memory",
-           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth");
+    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %7s\n", "mode", "ratio", "result", "step ms", "x memory",
+           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "acq ms");
 }
 
 int main(int argc, char** argv) {
@@ -408,7 +414,7 @@ int main(int argc, char** argv) {
            "traffic over the measured disk\n");
     if (csv)
         fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
-                     "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth\n");
+                     "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,acquire_ms_per_step\n");
     g_link = 8.0 * (1 << 30);
     for (k = 0; k < 2; k++) {
         header(&wls[k]);
