@@ -368,7 +368,7 @@ static void test_managed_no_cma(void) {
 #endif
 
 int main(void) {
-    (void)t_walk, (void)where;
+    (void)t_walk, (void)where, (void)log_all, (void)log_clear;
 #ifdef GM_TEST_CUDA
     test_device1_contexts(); /* first: before this process touches a device */
 #endif
