@@ -660,8 +660,11 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out);
    of each training step: the order of that step's acquires becomes the
    plan for the next, the victim is the tensor used farthest ahead, and
    after each acquire the next `prefetch_ahead` tensors of the plan are
-   brought in early (never evicting one needed sooner). fn and user serve
-   GM_EVICT_CUSTOM. */
+   brought in early (never evicting one needed sooner). While the plan
+   evicts (in this step or the last), the next victim is written behind:
+   its copy to host starts at once, into free host room, and its device
+   copy stays until the room is needed, then goes without a wait. fn and
+   user serve GM_EVICT_CUSTOM. */
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
                                         void* user);
 GPUMEM_API gm_result gm_tier_step(gm_context* ctx);
@@ -5421,6 +5424,8 @@ typedef struct gm__tier {
     uint32_t *use_first, *use_at, nuse_first;
     uint32_t pos;           /* acquires so far in this step */
     uint64_t evict_after;   /* while prefetching: only victims used later */
+    int64_t step_evictions; /* evictions counted when the step began, and in the last step */
+    int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
 } gm__tier;
 
@@ -5987,8 +5992,33 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
                           (h).id);                                                          \
     }
 
+/* Write-behind: the copy to host of a written tensor starts now, behind the
+   work queued on its streams, while its device copy stays; when its room is
+   needed later it is clean and goes without a wait. Only into free host
+   room (no demotion from here). An acquire's stream waits for the copy
+   (host_ev) before it may write the device copy again. A failure leaves
+   the tensor as it was: dirty, on the device. */
+static void gm__write_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    int fresh = !x->host;
+    if (!x->dev || x->acquired || x->host_valid || x->disk_valid) return;
+    if (fresh && (x->host = gm__host_alloc(ctx, tm, x->bytes)) == NULL) return;
+    if (gm__copy_waits_users(ctx, tm, x) != GM_OK ||
+        ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, tm->copy) != GM_OK ||
+        gm__event_on(ctx, &x->host_ev, tm->copy) != GM_OK) {
+        if (fresh) gm__host_free(ctx, tm, x); /* copies queued on it run first (copy stream) */
+        return;
+    }
+    gm__note_use(x, tm->copy);
+    gm__tier_count(tm, x, -1);
+    x->host_valid = 1;
+    gm__tier_count(tm, x, 1);
+    tm->st.bytes_to_host += (int64_t)x->bytes;
+}
+
 /* Learned order, after an acquire: note it, then bring in the next tensors
-   of the plan, evicting only tensors used later than each of them. */
+   of the plan, evicting only tensors used later than each of them; while
+   the plan evicts (in this step or the last), the next victim's copy to
+   host starts at once (write-behind). */
 static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
     uint32_t q;
     if (tm->nrec == tm->caprec) {
@@ -6013,6 +6043,10 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
         if (r != GM_OK || !y->dev) break; /* no room without evicting sooner needs */
         y->prefetched = 1;
         gm__lru_push(tm, y);
+    }
+    if (tm->nplan && (tm->last_step_evictions || tm->st.evictions > tm->step_evictions)) {
+        gm__tensor* v = gm__victim(ctx, tm, 0);
+        if (v && !v->pinned) gm__write_behind(ctx, tm, v);
     }
 }
 
@@ -6062,6 +6096,8 @@ GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
     tm->rec = NULL;
     tm->nrec = tm->caprec = 0;
     tm->pos = 0;
+    tm->last_step_evictions = tm->st.evictions - tm->step_evictions;
+    tm->step_evictions = tm->st.evictions;
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
 }
@@ -6187,6 +6223,9 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
     }
     if (r == GM_OK && x->ready_ev) { /* a prefetch may still be copying (waiting on a done event is free) */
         r = ctx->be->stream_wait_event(ctx, s, x->ready_ev);
+    }
+    if (r == GM_OK && x->dev && x->host_valid && x->host_ev) { /* a write-behind may still read the device copy */
+        r = ctx->be->stream_wait_event(ctx, s, x->host_ev);
     }
     if (r == GM_OK && x->last != s && gm__stream_alive(ctx, x->last)) { /* its last user may still be at work */
         r = gm__event_on(ctx, &tm->sync_ev, x->last);

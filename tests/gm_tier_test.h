@@ -20,6 +20,8 @@ typedef struct job {
 static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
 static long byte_errors;
 static int t_every_byte; /* check every byte of big tensors too, not a sieve */
+static long t_walk_period; /* > 0: the walk repeats the same tensors every period steps, with
+                              gm_tier_step between periods (learned order sees a plan) */
 
 static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed * 2654435761u + (unsigned)i * 40503u) >> 13); }
 
@@ -152,7 +154,7 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
     memset(m, 0, sizeof m);
     for (step = 0; step < steps; step++) {
         unsigned long long r = t_rand();
-        model* x = &m[r % NT];
+        model* x = t_walk_period ? &m[(unsigned long long)(step % t_walk_period) * 13 % NT] : &m[r % NT];
         gm_stream s = st[(r >> 12) & 1];
         unsigned op = (unsigned)((r >> 16) % 100);
         gm_result res = GM_OK;
@@ -193,6 +195,8 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
         }
         if (res != GM_OK && errors++ < 5) printf("step %ld: op %u: %s\n", step, op, gm_result_string(res));
         if (gm_check(ctx) != 0 && bad_checks++ < 3) printf("step %ld: gm_check failed\n", step);
+        if (t_walk_period && step % t_walk_period == t_walk_period - 1 && gm_tier_step(ctx) != GM_OK && errors++ < 5)
+            printf("step %ld: gm_tier_step failed\n", step);
     }
     T_EQ(errors, 0);
     T_EQ(bad_checks, 0);

@@ -435,6 +435,17 @@ int main(int argc, char** argv) {
     test_walk_mostly_disk();
     test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
     test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
+    { /* learned order over a repeating sequence: prefetch and write-behind with three tiers */
+        gm_context* ctx = disk_ctx(24 * MiB, 12 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm_tier_stats ts;
+        T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        t_walk_period = 97;
+        ts = t_walk(ctx, WALK_STEPS / 3, BIG_MAX, 1);
+        t_walk_period = 0;
+        T_CHECK(ts.bytes_to_disk > 0 && ts.bytes_from_disk > 0);
+        T_EQ(ts.disk_errors, 0);
+        T_OK(gm_shutdown(ctx));
+    }
     T_EQ(dir_entries(), 0); /* nothing left behind */
     T_EQ(rmdir(dir), 0);
     return t_done();

@@ -514,6 +514,20 @@ static void test_random(long steps) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* The same walk in learned order over a repeating sequence: prefetches
+   ahead of the plan and write-behind of the next victim, on two streams,
+   every byte checked against the model and gm_check after every step. */
+static void test_random_learned(long steps) {
+    gm_context* ctx = tier_ctx(24 * MiB, 2048 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tier_stats ts;
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    t_walk_period = 97;
+    ts = t_walk(ctx, steps, BIG_MAX, 0);
+    t_walk_period = 0;
+    T_CHECK(ts.evictions > 100 && ts.clean_evictions > 0 && ts.prefetch_hits > 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -528,5 +542,6 @@ int main(int argc, char** argv) {
     test_host_giveback();
     test_custom_policy();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
+    test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     return t_done();
 }
