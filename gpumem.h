@@ -3385,18 +3385,20 @@ static gm_result gm__dev_alloc512(gm_context* ctx, void** p, size_t n, uintptr_t
     /* CUDA documents 256: ask for 256 more and raise the base, never free
        and ask again (cudaFree would wait for the whole device) */
     size_t pad = ctx->dev_align % GM__ROUND ? GM__ROUND / 2 : 0;
+    uintptr_t base;
     gm_result r = ctx->be->dev_alloc(ctx, p, n + pad);
     *raw = 0;
     if (r != GM_OK) return r;
-    if (pad) {
-        *raw = (uintptr_t)*p;
-        *p = (void*)gm__round_up((uintptr_t)*p, GM__ROUND);
-    }
-    if ((uintptr_t)*p % GM__ROUND || (uintptr_t)*p + n > (*raw ? *raw : (uintptr_t)*p) + n + pad) {
-        ctx->be->dev_free(ctx, *raw ? (void*)*raw : *p, n + pad);
-        gm__log(ctx, GM_LOG_ERROR, "device memory at %#lx is not %zu-byte aligned", (unsigned long)(*raw ? *raw : (uintptr_t)*p),
+    base = (uintptr_t)*p;
+    if (base % (pad ? GM__ROUND / 2 : GM__ROUND)) {
+        ctx->be->dev_free(ctx, *p, n + pad);
+        gm__log(ctx, GM_LOG_ERROR, "device memory at %#lx is not %zu-byte aligned", (unsigned long)base,
                 pad ? (size_t)GM__ROUND / 2 : (size_t)GM__ROUND);
         return GM_ERR_BACKEND;
+    }
+    if (pad) {
+        *raw = base;
+        *p = (void*)gm__round_up(base, GM__ROUND);
     }
     return GM_OK;
 }
