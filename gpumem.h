@@ -112,9 +112,15 @@
     a plain gm_alloc (rung 5 of the ladder): lowest priority first, then
     least recently released, or by next use with GM_EVICT_LEARNED and
     gm_tier_step (prefetching ahead), or by your own gm_victim_fn. Copies
-    run on the manager's copy stream, ordered with events against the
-    streams that use the tensor. A tensor is always in some tier, and a
-    copy or allocation that fails leaves it where it was. When device and
+    run on two streams of the manager's own, one per direction of the link,
+    so a tensor going out and one coming in move at once. Everything is
+    ordered on the device with events: a copy waits for the release of the
+    tensor it reads (an event recorded at gm_tensor_release), an acquire's
+    stream for the copy that brought its tensor in, and the memory an
+    evicted tensor leaves is handed out again at once in stream order, so
+    acquire, release and prefetch do not make the calling thread wait for
+    the device (the disk tier aside: see below). A tensor is always in some
+    tier, and a copy or allocation that fails leaves it where it was. When device and
     host are both full, desc.fallback (or desc.fallback_fn) may serve it
     from managed memory; otherwise GM_ERR_OUT_OF_MEMORY.
 
@@ -889,6 +895,9 @@ struct gm__block {
     void** events;          /* pending: events still to complete */
     uint32_t nuses, capuses, nevents;
     uint32_t tag;           /* GM__OWN_TENSOR: the tensor's handle id */
+    uint64_t ord[2];        /* stream-ordered reuse (the host pool): marks a new user of
+                               these bytes must order itself after; merged by max
+                               when blocks coalesce, kept by both halves of a split */
 };
 /* Who holds a USED block of the caching allocator: gm_free and
    gm_record_stream take only the caller's own (GM__OWN_USER). */
@@ -2667,6 +2676,8 @@ static gm__block* gm__arena_take(gm__arena* a, gm__block* b, size_t size, size_t
             r->size = b->size - size;
             r->seg = b->seg;
             r->state = GM__FREE;
+            r->ord[0] = b->ord[0];
+            r->ord[1] = b->ord[1];
             r->prev = b;
             r->next = b->next;
             if (b->next) b->next->prev = r;
@@ -2680,6 +2691,11 @@ static gm__block* gm__arena_take(gm__arena* a, gm__block* b, size_t size, size_t
     return b;
 }
 
+static void gm__ord_merge(gm__block* d, const gm__block* s) {
+    if (s->ord[0] > d->ord[0]) d->ord[0] = s->ord[0];
+    if (s->ord[1] > d->ord[1]) d->ord[1] = s->ord[1];
+}
+
 /* Returns b to the free tree, coalesced with free neighbours; returns the
    resulting block (b's record may be recycled). */
 static gm__block* gm__arena_give(gm__arena* a, gm__block* b) {
@@ -2689,6 +2705,7 @@ static gm__block* gm__arena_give(gm__arena* a, gm__block* b) {
         gm__block* p = b->prev;
         gm__arena_tree_del(a, p);
         gm__arena_split_stat(a, p, -1);
+        gm__ord_merge(p, b);
         p->size += b->size;
         p->next = b->next;
         if (b->next) b->next->prev = p;
@@ -2701,6 +2718,7 @@ static gm__block* gm__arena_give(gm__arena* a, gm__block* b) {
     if (n && n->state == GM__FREE) {
         gm__arena_tree_del(a, n);
         gm__arena_split_stat(a, n, -1);
+        gm__ord_merge(b, n);
         b->size += n->size;
         b->next = n->next;
         if (n->next) n->next->prev = b;
@@ -3561,10 +3579,11 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
    comes back with its pages committed. */
 #define GM__A_QUIET 1u  /* a speculative request (a prefetch): no user hook, no OOM counted or logged */
 #define GM__A_NOSYNC 2u /* GM_ALLOC_NO_SYNC */
+#define GM__A_TRY 4u    /* the first rung only, quietly: the tiered manager evicts in stream order and asks again */
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
     gm__block* b;
-    int rounds, quiet = (flags & GM__A_QUIET) != 0;
+    int rounds, quiet = (flags & (GM__A_QUIET | GM__A_TRY)) != 0;
     *err = GM_ERR_OUT_OF_MEMORY;
     ctx->dev_err = GM_OK;
 /* a block, or on a device error no further rung */
@@ -3575,7 +3594,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
     } while (0)
     for (rounds = 0; rounds < 4; rounds++) {
         GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
-        if (flags & GM__A_NOSYNC) break; /* the rest waits, records events or gives memory back */
+        if (flags & (GM__A_NOSYNC | GM__A_TRY)) break; /* the rest waits, records events or gives memory back */
         ctx->stats.num_alloc_retries++;
         GM__RUNG(gm__release(ctx, 0, 0) && (gm__flush(ctx), 1), gm__attempt(ctx, pl, *si, rsize, 0));
         gm__wait_all(ctx);
@@ -4051,6 +4070,30 @@ GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
     gm__managed_trim(ctx, 0);
     gm__unlock(ctx);
     return GM_OK;
+}
+
+/* For the tiered manager, when a request of `size` found no block at once:
+   if the budget's headroom and the cached segments that are entirely free
+   together hold it, those go back to the device (oldest first, waiting for
+   their last use when `wait`) so that one segment can be made for it.
+   Returns whether the budget now has room for it. */
+static int gm__regrow_room(gm_context* ctx, size_t size, int wait) {
+    size_t rsize = gm__round_req(size), whole = 0;
+    int64_t resv;
+    int pl, ok;
+    gm__seg* s;
+    pthread_mutex_lock(&ctx->mu);
+    resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+    for (pl = 0; pl < 2 && !ctx->va_gran; pl++)
+        for (s = ctx->pool[pl].segs; s; s = s->next)
+            if (gm__seg_whole_free(s)) whole += s->size;
+    ok = (uint64_t)resv + rsize > (uint64_t)ctx->budget && (uint64_t)resv + rsize <= (uint64_t)ctx->budget + whole;
+    if (ok) {
+        gm__release(ctx, wait, (int64_t)(ctx->budget - rsize));
+        ok = (uint64_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current + rsize <= (uint64_t)ctx->budget;
+    }
+    gm__unlock(ctx); /* the device has them back before the caller asks again */
+    return ok;
 }
 
 GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes) {
@@ -4841,9 +4884,9 @@ static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
      slot i % depth, at most `depth` I/Os are in flight, and every I/O a
      transfer submits is reaped before the transfer returns;
    - a slot whose staged bytes a copy into device memory still reads has
-     ev_pending set; no read lands in it before that event completed
-     (copies out of staging and into it run on the one copy stream, in
-     order, so writes need no such wait);
+     ev_pending set; no read lands in it before that event completed, and
+     a copy into it (a write's, from the device on another stream) is
+     queued behind that event;
    - a short read or write is resubmitted for the rest; an error or a
      transfer of 0 bytes ends the transfer with GM_ERR_IO or
      GM_ERR_DISK_FULL once the I/Os in flight are reaped. */
@@ -5250,8 +5293,10 @@ static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, con
             gm__dslot* sl = &dk->slot[staged % (size_t)dk->depth];
             size_t at = staged * dk->chunk, len = gm__chunk_len(dk, bytes, staged);
             char* mem = sl->buf;
-            if (src_dev) {
-                err = ctx->be->copy(ctx, sl->buf, (const char*)src + at, len, GM_COPY_DEVICE_TO_HOST, copy);
+            if (src_dev) { /* a copy out of the slot (a read's, on another stream) goes first */
+                if (sl->ev_pending) err = ctx->be->stream_wait_event(ctx, copy, sl->ev);
+                if (err == GM_OK)
+                    err = ctx->be->copy(ctx, sl->buf, (const char*)src + at, len, GM_COPY_DEVICE_TO_HOST, copy);
                 if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, copy);
                 sl->ev_pending = err == GM_OK; /* until the copy is seen done */
             } else if (in_place) {
@@ -5339,14 +5384,19 @@ static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void
    The tiered manager. A tensor's bytes live in at least one tier at all
    times: on the device (dev), in the pinned host pool (host, valid when
    host_valid), in the spill file (disk, valid when disk_valid), or in
-   managed memory. Invariants, under tm->mu:
+   managed memory. Copies run on two streams of the manager's own: `in`
+   (host to device, and the stream every tensor's device memory is
+   allocated and freed on) and `out` (device to host), so the two
+   directions of the link run at once. Ordering is by marks (>>track):
+   an event recorded after the work a stream was given, waited for by
+   another stream on the device, never by the host unless there is no
+   other way. Invariants, under tm->mu:
    - dev or managed or host_valid or disk_valid (never in no tier); a copy
      in a lower tier stays valid until the tensor is released as written,
      so leaving a tier above it costs no transfer;
    - a copy is made valid only once its transfer completed (the disk's) or
-     is queued in order (the copy stream's), and the copy it came from is
-     given up only after that: a failed transfer leaves the tensor where it
-     was;
+     is queued in order (a stream's), and the copy it came from is given
+     up only after that: a failed transfer leaves the tensor where it was;
    - disk_valid with blank: the tensor was created on disk and never
      written, so there are no bytes to read back;
    - when the host tier is full, host copies make room: first those that
@@ -5355,20 +5405,35 @@ static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void
    - acquired > 0 implies dev or managed, and the tensor is off the LRU list;
    - a released tensor with dev is on the LRU list, least recently released
      first; pinned ones are on it but never chosen;
-   - every copy that reads or writes a host block runs on the manager's
-     copy stream, so a freed host block is reused only after the copies
-     queued on it (FIFO); host_ev completes when the host copy is whole;
-   - a copy into device memory first makes the copy stream wait for the
-     stream the memory was allocated on (the allocator reuses blocks on
-     that stream at once); ready_ev completes when the device copy is
-     whole, and every acquire's stream waits for it;
-   - an acquire on a stream other than the tensor's last one (its last
-     release, or the allocation) first waits for the work queued there;
-   - device memory is freed on its allocation stream after gm_record_stream
-     of every other stream that used it (the copy stream included), so the
-     allocator reuses it only when that work is done.
-   tm->mu is recursive: acquiring may allocate, the allocator's OOM ladder
-   may call back into the manager to evict, on the same thread. */
+   - device memory is allocated and freed on `in`: before it is freed, `in`
+     waits for the mark after the tensor's last release (done) and for the
+     last copy out of it (out_seq), so the allocator hands it out again at
+     once, in stream order, and nothing on the host waits;
+   - ready_seq (on `in`) follows the copy into the device memory, or its
+     allocation; every acquire's stream waits for it, for out_seq (a copy
+     out may still read what the caller will write) and, when the tensor
+     was last released on another stream, for that release's mark;
+   - a copy from the host copy runs on `in` after out_seq (the copy that
+     filled it); hr_seq follows the last of them. A host block given up is
+     free at once, stamped (ord) with the marks after the last copies into
+     and out of it; whoever writes into it next orders itself after them,
+     and a chunk goes back to the system only once they completed. */
+
+/* >>track: marks. The manager's view of a stream's progress: events
+   recorded after work it queued there, numbered 1, 2, ... per stream.
+   Invariants: the n outstanding marks seq-n+1 .. seq sit in the ring,
+   oldest at head; every mark up to seq-n has completed; a mark's event is
+   recycled only once it completed, so the event of a mark not yet done is
+   the one recorded for it. Mark 0 is "nothing to wait for". */
+typedef struct gm__track {
+    gm_stream s;
+    void** ev;              /* ring of the outstanding marks' events */
+    uint32_t head, n, cap;
+    uint64_t seq;           /* the last mark made */
+} gm__track;
+enum { GM__TK_IN = 0, GM__TK_OUT = 1, GM__TK_USER = 2 }; /* tracks of the copy streams, then users' */
+#define GM__TK_MAX_RING 65536u
+
 typedef struct gm__tensor {
     uint32_t gen;
     int live;
@@ -5377,19 +5442,18 @@ typedef struct gm__tensor {
     void* managed;          /* unified-memory copy, or NULL */
     gm__block* host;        /* host pool block, or NULL */
     int host_valid;
-    gm_stream alloc_stream; /* stream dev was allocated on */
     gm_stream stream;       /* stream of the current acquire */
-    gm_stream last;         /* where the tensor was last used or allocated */
-    gm_stream used[4];      /* other streams that used dev */
-    int nused, used_overflow;
     uint32_t acquired;
     int prefetched;
-    void* host_ev;
-    void* ready_ev;
     int priority, pinned;
     gm__block* disk;        /* extent in the spill file, or NULL */
     int disk_valid, blank;
     uint32_t crc;           /* CRC32C of the bytes on disk */
+    uint32_t done_tk;       /* the track of the last release, and its mark (0: none yet) */
+    uint64_t done_seq;
+    uint64_t ready_seq;     /* in: the device copy is whole (its copy in, or its allocation) */
+    uint64_t out_seq;       /* out: the last copy out of the device copy (into the host copy) finished */
+    uint64_t hr_seq;        /* in: the last copy from the host copy finished */
     uint64_t stamp;         /* tier clock at the last create, acquire or release */
     uint32_t prev, next;    /* LRU neighbours: index + 1, 0 for none (indices
                                survive the array growing) */
@@ -5402,14 +5466,15 @@ typedef struct gm__tier {
     uint32_t* freeidx;
     uint32_t nfree;
     uint32_t lru, lru_tail; /* index + 1 of the ends, 0: empty */
-    gm_stream copy;
-    void* sync_ev;          /* scratch: recorded, waited on, recorded again */
+    gm__track* tk;          /* GM__TK_IN, GM__TK_OUT, then the streams tensors were released on */
+    uint32_t ntk, captk, last_tk;
+    void** evs;             /* recycled events of completed marks */
+    uint32_t nevs, capevs;
     gm__arena host;         /* the pinned pool: segments from host_alloc */
-    size_t host_reserved;   /* pinned bytes held: the pool's segments and those retiring */
+    size_t host_reserved;   /* pinned bytes held: the pool's segments */
     size_t host_used;       /* bytes of the pool's blocks held by tensors */
     size_t host_peak;       /* the most host_used in this window */
     uint64_t host_window;   /* tier clock when the window began */
-    struct gm__hretire* retiring; /* chunks left the pool, freed once the copy stream is past them */
     gm_tier_stats st;
     /* policy */
     gm_evict_policy policy;
@@ -5431,17 +5496,162 @@ typedef struct gm__tier {
     uint64_t clock;         /* for stamps */
 } gm__tier;
 
+#define GM__IN(tm) ((tm)->tk[GM__TK_IN].s)
+#define GM__OUT(tm) ((tm)->tk[GM__TK_OUT].s)
+
+static void* gm__tev_get(gm_context* ctx, gm__tier* tm) {
+    void* ev = NULL;
+    if (tm->nevs) return tm->evs[--tm->nevs];
+    return ctx->be->event_create(ctx, &ev) == GM_OK ? ev : NULL;
+}
+
+static void gm__tev_put(gm_context* ctx, gm__tier* tm, void* ev) {
+    if (tm->nevs == tm->capevs) {
+        uint32_t cap = tm->capevs ? tm->capevs * 2 : 64;
+        void** n = (void**)gm__grow_array(tm->evs, tm->capevs * sizeof *n, cap * sizeof *n);
+        if (!n) {
+            ctx->be->event_destroy(ctx, ev);
+            return;
+        }
+        tm->evs = n;
+        tm->capevs = cap;
+    }
+    tm->evs[tm->nevs++] = ev;
+}
+
+static uint64_t gm__tk_done_upto(const gm__track* k) { return k->seq - k->n; }
+
+/* Retires the marks that completed, oldest first. A query that fails
+   cannot tell: the stream is synchronized before anything is called done. */
+static void gm__tk_poll(gm_context* ctx, gm__tier* tm, uint32_t ti) {
+    gm__track* k = &tm->tk[ti];
+    while (k->n) {
+        gm_result r = ctx->be->event_query(ctx, k->ev[k->head]);
+        if (r == GM_NOT_READY) return;
+        if (r != GM_OK) ctx->be->stream_sync(ctx, k->s);
+        gm__tev_put(ctx, tm, k->ev[k->head]);
+        k->head = (k->head + 1) % k->cap;
+        k->n--;
+    }
+}
+
+/* Every outstanding mark of track ti completed (its stream synchronized). */
+static void gm__tk_drain(gm_context* ctx, gm__tier* tm, uint32_t ti) {
+    gm__track* k = &tm->tk[ti];
+    if (!k->n) return;
+    if (ctx->be->event_sync(ctx, k->ev[(k->head + k->n - 1) % k->cap]) != GM_OK) ctx->be->stream_sync(ctx, k->s);
+    while (k->n) {
+        gm__tev_put(ctx, tm, k->ev[k->head]);
+        k->head = (k->head + 1) % k->cap;
+        k->n--;
+    }
+}
+
+/* A mark after the work queued on track ti's stream so far. Without an
+   event (none to be had, or the record fails) the stream is synchronized
+   instead, and the mark is done at once. */
+static uint64_t gm__tk_mark(gm_context* ctx, gm__tier* tm, uint32_t ti) {
+    gm__track* k = &tm->tk[ti];
+    void* ev;
+    if (k->n == k->cap) {
+        gm__tk_poll(ctx, tm, ti);
+        if (k->n == k->cap) {
+            uint32_t cap = k->cap ? k->cap * 2 : 16, i;
+            void** r = cap <= GM__TK_MAX_RING ? (void**)GPUMEM_MALLOC(cap * sizeof *r) : NULL;
+            if (r) { /* unrolled so the oldest sits at 0 */
+                for (i = 0; i < k->n; i++) r[i] = k->ev[(k->head + i) % k->cap];
+                GPUMEM_FREE(k->ev);
+                k->ev = r;
+                k->cap = cap;
+                k->head = 0;
+            } else { /* the ring cannot grow: the oldest mark is waited for */
+                if (ctx->be->event_sync(ctx, k->ev[k->head]) != GM_OK) ctx->be->stream_sync(ctx, k->s);
+                gm__tk_poll(ctx, tm, ti);
+                if (k->n == k->cap) gm__tk_drain(ctx, tm, ti);
+            }
+        }
+    }
+    ev = gm__tev_get(ctx, tm);
+    if (!ev || ctx->be->event_record(ctx, ev, k->s) != GM_OK) {
+        if (ev) gm__tev_put(ctx, tm, ev);
+        gm__tk_drain(ctx, tm, ti);
+        ctx->be->stream_sync(ctx, k->s);
+        return ++k->seq; /* n stays 0: done */
+    }
+    k->ev[(k->head + k->n) % k->cap] = ev;
+    k->n++;
+    return ++k->seq;
+}
+
+static int gm__tk_done(gm_context* ctx, gm__tier* tm, uint32_t ti, uint64_t seq) {
+    if (seq <= gm__tk_done_upto(&tm->tk[ti])) return 1;
+    gm__tk_poll(ctx, tm, ti);
+    return seq <= gm__tk_done_upto(&tm->tk[ti]);
+}
+
+/* The event of an outstanding mark. */
+static void* gm__tk_event(const gm__tier* tm, uint32_t ti, uint64_t seq) {
+    const gm__track* k = &tm->tk[ti];
+    return k->ev[(k->head + (uint32_t)(seq - gm__tk_done_upto(k) - 1)) % k->cap];
+}
+
+/* The host waits for mark seq of track ti. */
+static void gm__tk_sync(gm_context* ctx, gm__tier* tm, uint32_t ti, uint64_t seq) {
+    if (gm__tk_done(ctx, tm, ti, seq)) return;
+    if (ctx->be->event_sync(ctx, gm__tk_event(tm, ti, seq)) != GM_OK) ctx->be->stream_sync(ctx, tm->tk[ti].s);
+    gm__tk_poll(ctx, tm, ti);
+    if (!gm__tk_done(ctx, tm, ti, seq)) gm__tk_drain(ctx, tm, ti); /* a failed query: be sure */
+}
+
+/* Work queued on `waiter` from now on runs after mark seq of track ti (on
+   the device; the host waits only if the backend cannot order it). */
+static void gm__tk_order(gm_context* ctx, gm__tier* tm, uint32_t ti, uint64_t seq, gm_stream waiter) {
+    if (!seq || tm->tk[ti].s == waiter || gm__tk_done(ctx, tm, ti, seq)) return;
+    if (ctx->be->stream_wait_event(ctx, waiter, gm__tk_event(tm, ti, seq)) != GM_OK) gm__tk_sync(ctx, tm, ti, seq);
+}
+
+/* The track of a user stream, made on first use. A track whose marks all
+   completed may be taken over by another stream when there are many:
+   marks are never renumbered, so every old mark still reads as done. */
+static gm_result gm__tk_of(gm_context* ctx, gm__tier* tm, gm_stream s, uint32_t* out) {
+    uint32_t i, spare = 0;
+    if (tm->last_tk < tm->ntk && tm->tk[tm->last_tk].s == s && tm->last_tk >= GM__TK_USER) {
+        *out = tm->last_tk;
+        return GM_OK;
+    }
+    for (i = GM__TK_USER; i < tm->ntk; i++) {
+        if (tm->tk[i].s == s) {
+            *out = tm->last_tk = i;
+            return GM_OK;
+        }
+        if (!spare && tm->ntk >= 64 && i != tm->last_tk) {
+            gm__tk_poll(ctx, tm, i);
+            if (!tm->tk[i].n) spare = i;
+        }
+    }
+    if (spare) {
+        tm->tk[spare].s = s;
+        *out = tm->last_tk = spare;
+        return GM_OK;
+    }
+    if (tm->ntk == tm->captk) {
+        uint32_t cap = tm->captk ? tm->captk * 2 : 8;
+        gm__track* n = (gm__track*)gm__grow_array(tm->tk, tm->captk * sizeof *n, cap * sizeof *n);
+        if (!n) return GM_ERR_HOST_OUT_OF_MEMORY;
+        tm->tk = n;
+        tm->captk = cap;
+    }
+    memset(&tm->tk[tm->ntk], 0, sizeof *tm->tk);
+    tm->tk[tm->ntk].s = s;
+    *out = tm->last_tk = tm->ntk++;
+    return GM_OK;
+}
+
 #define GM__HOST_CHUNK (64 * GM__MIB)
 /* The host pool gives back whole free chunks past twice the peak use of
    the last GM__HOST_WINDOW tier operations (creates, acquires, releases):
    mostly empty for a while, like the device's gc threshold. */
 #define GM__HOST_WINDOW 1024
-typedef struct gm__hretire {
-    void* p;
-    size_t n;
-    void* ev;               /* on the copy stream after the last copy into or from it */
-    struct gm__hretire* next;
-} gm__hretire;
 #define GM__NEVER ((uint64_t)1 << 62)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
 
@@ -5497,68 +5707,43 @@ static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
     return 1;
 }
 
-/* Retiring chunks whose copies are done go back to the backend; all of
-   them, after a wait, when `wait`. */
-static void gm__host_retired(gm_context* ctx, gm__tier* tm, int wait) {
-    gm__hretire **pp = &tm->retiring, *r;
-    while ((r = *pp) != NULL) {
-        gm_result q = r->ev ? (wait ? ctx->be->event_sync(ctx, r->ev) : ctx->be->event_query(ctx, r->ev)) : GM_OK;
-        if (q == GM_NOT_READY) {
-            pp = &r->next;
-            continue;
-        }
-        if (q != GM_OK) ctx->be->stream_sync(ctx, tm->copy); /* cannot tell: be sure */
-        *pp = r->next;
-        if (r->ev) ctx->be->event_destroy(ctx, r->ev);
-        gm__pinned_free(ctx, r->p, r->n);
-        tm->host_reserved -= r->n;
-        GPUMEM_FREE(r);
-    }
+/* A new writer of host block b (a copy on `writer`) orders itself after
+   the copies that used its bytes before (their marks: b->ord). */
+static void gm__host_order(gm_context* ctx, gm__tier* tm, const gm__block* b, gm_stream writer) {
+    gm__tk_order(ctx, tm, GM__TK_IN, b->ord[0], writer);
+    gm__tk_order(ctx, tm, GM__TK_OUT, b->ord[1], writer);
 }
 
 /* At the end of a window, whole free chunks past twice the window's peak
-   use leave the pool; they are freed once the copy stream is past them. */
+   use leave the pool, once the copies that last used them completed. */
 static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
     gm__seg *sg, *next;
     size_t keep, held;
-    if (tm->retiring) gm__host_retired(ctx, tm, 0);
     if (tm->clock - tm->host_window < GM__HOST_WINDOW) return;
     keep = 2 * tm->host_peak;
-    held = 0;
-    for (sg = tm->host.segs; sg; sg = sg->next) held += sg->size;
+    held = tm->host_reserved;
     for (sg = tm->host.segs; sg && held > keep; sg = next) {
-        gm__hretire* r;
+        void* base = (void*)sg->base;
+        size_t n = sg->size;
         next = sg->next;
-        if (!gm__seg_whole_free(sg) || held - sg->size < keep) continue;
-        r = (gm__hretire*)gm__calloc(sizeof *r);
-        if (!r) break;
-        r->p = (void*)sg->base;
-        r->n = sg->size;
-        if (ctx->be->event_create(ctx, &r->ev) != GM_OK) r->ev = NULL;
-        else if (ctx->be->event_record(ctx, r->ev, tm->copy) != GM_OK) {
-            ctx->be->event_destroy(ctx, r->ev);
-            r->ev = NULL;
-        }
-        if (!r->ev && ctx->be->stream_sync(ctx, tm->copy) != GM_OK) { /* no event: the copies must be done now */
-            GPUMEM_FREE(r);
-            break;
-        }
-        held -= sg->size;
+        if (!gm__seg_whole_free(sg) || held - n < keep || !gm__tk_done(ctx, tm, GM__TK_IN, sg->first->ord[0]) ||
+            !gm__tk_done(ctx, tm, GM__TK_OUT, sg->first->ord[1]))
+            continue;
+        held -= n;
         gm__arena_drop(&tm->host, sg);
-        r->next = tm->retiring;
-        tm->retiring = r;
-        gm__log(ctx, GM_LOG_DEBUG, "tier: host pool gives back %zu bytes (peak use %zu of the last %d operations)",
-                r->n, tm->host_peak, GM__HOST_WINDOW);
+        gm__pinned_free(ctx, base, n);
+        tm->host_reserved -= n;
+        gm__log(ctx, GM_LOG_DEBUG, "tier: host pool gives back %zu bytes (peak use %zu of the last %d operations)", n,
+                tm->host_peak, GM__HOST_WINDOW);
     }
     tm->host_window = tm->clock;
     tm->host_peak = tm->host_used;
-    if (tm->retiring) gm__host_retired(ctx, tm, 0);
 }
 
+/* A host block (its first writer orders itself after b->ord), or NULL
+   when the pool is full. */
 static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
-    gm__block* b;
-    if (tm->retiring) gm__host_retired(ctx, tm, 0);
-    b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
+    gm__block* b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
                       gm__round_up(bytes ? bytes : 1, 4096), gm__host_grow, tm);
     if (b) {
         tm->host_used += b->size;
@@ -5567,12 +5752,17 @@ static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
     return b;
 }
 
+/* Gives up x's host block: free at once, stamped with the marks after the
+   last copies that used it. */
 static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    if (!x->host) return;
-    tm->host_used -= x->host->size;
-    gm__arena_give(&tm->host, x->host);
+    gm__block* b = x->host;
+    if (!b) return;
+    tm->host_used -= b->size;
     x->host = NULL;
     x->host_valid = 0;
+    if (x->hr_seq > b->ord[0]) b->ord[0] = x->hr_seq;
+    if (x->out_seq > b->ord[1]) b->ord[1] = x->out_seq;
+    gm__arena_give(&tm->host, b);
     gm__host_trim(ctx, tm);
 }
 
@@ -5594,80 +5784,49 @@ static void gm__disk_drop(gm_context* ctx, gm__tensor* x) {
     x->disk_valid = x->blank = 0;
 }
 
-/* Whether s can still have work queued: a stream destroyed through
-   gm_stream_destroy was synchronized then, so whatever it did is done. */
-static int gm__stream_alive(gm_context* ctx, gm_stream s) {
-    uint32_t i;
-    int dead = 0, live = 0;
-    if (!s) return 1;
-    if (!ctx->be->stream_valid(ctx, s)) return 0;
-    pthread_mutex_lock(&ctx->mu);
-    for (i = 0; i < ctx->nss; i++)
-        if (ctx->ss[i].stream == s) ctx->ss[i].dead ? dead++ : live++;
-    pthread_mutex_unlock(&ctx->mu);
-    return live || !dead; /* a handle handed out again is a stream again */
-}
-
-/* Gives up the device copy: frees it once every stream that used it is
-   done (the allocator waits for those events). */
-static void gm__dev_drop(gm_context* ctx, gm__tensor* x) {
-    int i;
-    if (x->used_overflow) gm_device_synchronize(ctx);
-    for (i = 0; i < x->nused; i++)
-        if (gm__stream_alive(ctx, x->used[i])) gm__record_stream(ctx, x->dev, x->used[i], GM__OWN_TENSOR);
+/* Gives up the device copy: `in`, which owns the memory, first passes the
+   tensor's last use and the last copy out of it; then the allocator may
+   hand it out again at once on `in`. */
+static void gm__dev_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__IN(tm));
+    gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm));
     gm__free(ctx, x->dev, GM__OWN_TENSOR);
     x->dev = NULL;
-    x->nused = x->used_overflow = 0;
     x->prefetched = 0;
+    x->ready_seq = 0;
 }
 
 /* Gives up the unified-memory copy once the streams that may use it are
-   past this point: its last user's and the copy stream. */
+   past this point: its last user's and the copy streams. */
 static void gm__managed_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    if (gm__stream_alive(ctx, x->last)) gm__record_stream(ctx, x->managed, x->last, GM__OWN_TENSOR);
-    gm__record_stream(ctx, x->managed, tm->copy, GM__OWN_TENSOR);
+    if (x->done_seq) gm__record_stream(ctx, x->managed, tm->tk[x->done_tk].s, GM__OWN_TENSOR);
+    gm__record_stream(ctx, x->managed, GM__IN(tm), GM__OWN_TENSOR);
     gm__free(ctx, x->managed, GM__OWN_TENSOR);
     x->managed = NULL;
+    x->ready_seq = 0;
 }
 
-static void gm__note_use(gm__tensor* x, gm_stream s) {
-    int i;
-    if (s == x->alloc_stream) return;
-    for (i = 0; i < x->nused; i++)
-        if (x->used[i] == s) return;
-    if (x->nused < 4) x->used[x->nused++] = s;
-    else x->used_overflow = 1;
-}
-
-static gm_result gm__event_on(gm_context* ctx, void** ev, gm_stream s) {
-    if (!*ev && ctx->be->event_create(ctx, ev) != GM_OK) {
-        *ev = NULL;
-        return GM_ERR_BACKEND;
-    }
-    return ctx->be->event_record(ctx, *ev, s);
-}
-
-/* The copy stream waits for the work queued on s so far. */
-static gm_result gm__copy_waits(gm_context* ctx, gm__tier* tm, gm_stream s) {
+/* Copies the device copy into the host block (allocated) on `out`, after
+   the tensor's last use; the host copy is valid from then on (readers
+   order themselves after out_seq). */
+static gm_result gm__copy_out(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
-    if (!gm__stream_alive(ctx, s)) return GM_OK;
-    r = gm__event_on(ctx, &tm->sync_ev, s);
-    return r == GM_OK ? ctx->be->stream_wait_event(ctx, tm->copy, tm->sync_ev) : r;
-}
-
-/* The copy stream waits for the work queued on x's streams (its users). */
-static gm_result gm__copy_waits_users(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    gm_result r = gm__copy_waits(ctx, tm, x->alloc_stream);
-    int i;
-    for (i = 0; i < x->nused && r == GM_OK; i++)
-        if (x->used[i] != tm->copy) r = gm__copy_waits(ctx, tm, x->used[i]);
-    if (r == GM_OK && x->used_overflow) r = ctx->be->device_sync(ctx);
-    return r;
+    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm)); /* the memory is the tensor's */
+    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
+    gm__host_order(ctx, tm, x->host, GM__OUT(tm));
+    r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
+    if (r != GM_OK) return r;
+    x->out_seq = gm__tk_mark(ctx, tm, GM__TK_OUT);
+    gm__tier_count(tm, x, -1);
+    x->host_valid = 1;
+    gm__tier_count(tm, x, 1);
+    tm->st.bytes_to_host += (int64_t)x->bytes;
+    return GM_OK;
 }
 
 /* Writes x to a new extent of the spill file, from its host copy when it
-   has one, else from the device through the staging slots. On failure the
-   extent goes back and x is unchanged. */
+   has one (once whole), else from the device through the staging slots
+   (copies on `out`). On failure the extent goes back and x is unchanged. */
 static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__block* e;
@@ -5678,15 +5837,13 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
     e = gm__disk_alloc(ctx, dk, x->bytes);
     if (!e) return GM_ERR_DISK_FULL;
-    if (x->host_valid) { /* the host copy must be whole first */
-        r = x->host_ev ? ctx->be->event_sync(ctx, x->host_ev) : GM_OK;
-        if (r == GM_OK) r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), (void*)x->host->addr, x->bytes, 0, tm->copy, &crc);
+    if (x->host_valid) {
+        gm__tk_sync(ctx, tm, GM__TK_OUT, x->out_seq); /* the host copy must be whole first */
+        r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), (void*)x->host->addr, x->bytes, 0, GM__OUT(tm), &crc);
     } else {
-        r = gm__copy_waits_users(ctx, tm, x);
-        if (r == GM_OK) {
-            gm__note_use(x, tm->copy);
-            r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), x->dev, x->bytes, 1, tm->copy, &crc);
-        }
+        gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
+        r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), x->dev, x->bytes, 1, GM__OUT(tm), &crc);
+        if (r == GM_OK) x->out_seq = gm__tk_mark(ctx, tm, GM__TK_OUT); /* done: every slot's copy was waited for */
     }
     if (r != GM_OK) {
         gm__arena_give(&dk->ar, e);
@@ -5744,7 +5901,7 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
             tm->st.host_demotions++;
         }
         gm__tier_count(tm, v, -1);
-        gm__host_free(ctx, tm, v); /* copies queued on it run first (copy stream) */
+        gm__host_free(ctx, tm, v);
         gm__tier_count(tm, v, 1);
     }
     return b;
@@ -5752,30 +5909,23 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
 
 /* Device to a lower tier: a clean tensor (a valid copy below) just drops
    the device copy; else to the host tier (making room there), else to
-   disk. The copy stream first waits for the work queued on the tensor's
-   streams; the device copy is dropped only when the copy below is certain
-   to follow. Any failure leaves the tensor on the device. */
+   disk. The device copy is dropped only when the copy below is certain to
+   follow. Any failure leaves the tensor on the device. */
 static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
     int clean = x->host_valid || x->disk_valid;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
     if (!clean) {
-        if (!x->host) x->host = gm__host_room(ctx, tm, x->bytes, x);
+        int fresh = !x->host;
+        if (fresh) x->host = gm__host_room(ctx, tm, x->bytes, x);
         if (x->host) {
-            r = gm__copy_waits_users(ctx, tm, x);
-            if (r == GM_OK)
-                r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, tm->copy);
-            if (r == GM_OK) r = gm__event_on(ctx, &x->host_ev, tm->copy);
+            r = gm__copy_out(ctx, tm, x);
             if (r != GM_OK) {
+                if (fresh) gm__host_free(ctx, tm, x);
                 gm__log(ctx, GM_LOG_WARN, "tier: evicting a %zu-byte tensor failed (%s); it stays on the device",
                         x->bytes, gm_result_string(r));
                 return r;
             }
-            gm__note_use(x, tm->copy);
-            gm__tier_count(tm, x, -1);
-            x->host_valid = 1;
-            gm__tier_count(tm, x, 1);
-            tm->st.bytes_to_host += (int64_t)x->bytes;
         } else if (ctx->disk) {
             r = gm__to_disk(ctx, tm, x);
             if (r != GM_OK) return r;
@@ -5786,7 +5936,7 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         }
     }
     gm__tier_count(tm, x, -1);
-    gm__dev_drop(ctx, x);
+    gm__dev_drop(ctx, tm, x);
     gm__tier_count(tm, x, 1);
     if (clean) tm->st.clean_evictions++;
     gm__lru_del(tm, x);
@@ -5845,6 +5995,18 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
     return best;
 }
 
+/* One victim goes: the policy's choice; if it cannot (no room below, its
+   write failed), the best one that needs no copy. Returns its bytes, or 0. */
+static size_t gm__evict_some(gm_context* ctx, gm__tier* tm) {
+    int clean_only;
+    for (clean_only = 0; clean_only < 2; clean_only++) {
+        gm__tensor* v = gm__victim(ctx, tm, clean_only);
+        if (!v) return 0;
+        if (gm__evict_one(ctx, tm, v) == GM_OK) return v->bytes;
+    }
+    return 0;
+}
+
 /* The allocator's OOM ladder asks for room: one released tensor goes to the
    host, lowest priority first, least recently released first; the ladder
    retries and asks again while this makes progress, so no more is evicted
@@ -5853,18 +6015,7 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     gm__tier* tm = (gm__tier*)tier;
     size_t freed = 0;
     pthread_mutex_lock(&tm->mu);
-    if (bytes) {
-        int clean_only;
-        for (clean_only = 0; clean_only < 2 && !freed; clean_only++) {
-            /* first the policy's choice; if it cannot go (no room below,
-               or its write failed), the best victim that needs no copy */
-            gm__tensor* best = gm__victim(ctx, tm, clean_only);
-            gm_result r;
-            if (!best) break;
-            r = gm__evict_one(ctx, tm, best);
-            if (r == GM_OK) freed = best->bytes; /* else (no room below, a failed write): a clean one */
-        }
-    }
+    if (bytes) freed = gm__evict_some(ctx, tm);
     pthread_mutex_unlock(&tm->mu);
     return freed;
 }
@@ -5880,13 +6031,26 @@ static gm__tier* gm__tier_of(gm_context* ctx) {
 static gm__tier* gm__tier_open(gm_context* ctx) {
     gm__tier* tm = gm__tier_of(ctx);
     pthread_mutexattr_t ma;
+    int i;
     if (tm) return tm;
     tm = (gm__tier*)gm__calloc(sizeof *tm);
     if (!tm) return NULL;
-    if (ctx->be->stream_create(ctx, &tm->copy) != GM_OK) {
+    tm->captk = 8;
+    tm->tk = (gm__track*)gm__calloc(tm->captk * sizeof *tm->tk);
+    if (!tm->tk) {
         GPUMEM_FREE(tm);
         return NULL;
     }
+    for (i = 0; i < 2; i++) {
+        if (ctx->be->stream_create(ctx, &tm->tk[i].s) != GM_OK) {
+            if (i) ctx->be->stream_destroy(ctx, tm->tk[0].s);
+            GPUMEM_FREE(tm->tk);
+            GPUMEM_FREE(tm);
+            return NULL;
+        }
+    }
+    tm->ntk = GM__TK_USER;
+    tm->last_tk = GM__TK_USER;
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&tm->mu, &ma);
@@ -5896,8 +6060,10 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     if (ctx->tier) { /* another thread got there first: use its manager */
         gm__tier* won = (gm__tier*)ctx->tier;
         pthread_mutex_unlock(&ctx->mu);
-        ctx->be->stream_destroy(ctx, tm->copy);
+        ctx->be->stream_destroy(ctx, tm->tk[0].s);
+        ctx->be->stream_destroy(ctx, tm->tk[1].s);
         pthread_mutex_destroy(&tm->mu);
+        GPUMEM_FREE(tm->tk);
         GPUMEM_FREE(tm);
         return won;
     }
@@ -5907,17 +6073,35 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     return tm;
 }
 
-/* Room on the device for x, on stream s; per the fallback, managed memory
-   (not for a speculative prefetch, which simply does not happen),
-   prefetched to the device on s unless bytes are to be copied in first. */
+/* Device memory for x on `in`: tried at once; while there is none, the
+   policy's victims leave in stream order (no wait on the host) and it is
+   tried again; a speculative request stops there (and evicts only tensors
+   used after it, through tm->evict_after). Else the allocator's whole
+   ladder (waits, the cache given back, the hooks). GM_ERR_OUT_OF_MEMORY
+   when none of it finds room. */
+static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative) {
+    uint32_t id = gm__handle_id(tm, x);
+    gm_result r;
+    for (;;) {
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY, GM__OWN_TENSOR, id);
+        if (r != GM_ERR_OUT_OF_MEMORY) break;
+        /* free segments too small one by one may together make one (classic segments) */
+        if (gm__regrow_room(ctx, x->bytes, !speculative)) continue;
+        if (!gm__evict_some(ctx, tm)) break;
+    }
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), 0u, GM__OWN_TENSOR, id);
+    if (r != GM_OK) x->dev = NULL;
+    return r;
+}
+
+/* Room on the device for x, used next on stream s; per the fallback,
+   managed memory (not for a speculative prefetch, which simply does not
+   happen), prefetched to the device on s unless bytes are to be copied in
+   first. */
 static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int prefetch) {
-    gm_result r = gm__alloc(ctx, &x->dev, x->bytes, s, speculative ? GM__A_QUIET : 0u, GM__OWN_TENSOR, gm__handle_id(tm, x));
-    if (r == GM_OK) {
-        x->alloc_stream = s;
-        return GM_OK;
-    }
-    x->dev = NULL;
+    gm_result r = gm__dev_get(ctx, tm, x, speculative);
     if (r != GM_ERR_OUT_OF_MEMORY || speculative) return r;
     if (!gm__wants_managed(ctx, x->bytes)) return r;
     r = gm__managed_get(ctx, &x->managed, x->bytes, s, GM__OWN_TENSOR);
@@ -5931,10 +6115,11 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     return GM_OK;
 }
 
-/* Brings x to the device for stream s: room allocated on s, the copy on
-   the copy stream after s's earlier work (from the host copy, else from
-   disk through the staging slots), ready_ev recorded after it. On failure
-   the room goes back and x stays in the tier it was in. */
+/* Brings x to the device for stream s: room allocated on `in`, the copy on
+   `in` (from the host copy once whole, else from disk through the staging
+   slots), ready_seq marked after it (or after the allocation, when there
+   is nothing to copy). On failure the room goes back and x stays in the
+   tier it was in. */
 static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
     gm_result r;
     int from_disk;
@@ -5942,28 +6127,30 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     gm__tier_count(tm, x, -1);
     from_disk = !x->host_valid && x->disk_valid && !x->blank;
     r = gm__dev_room(ctx, tm, x, s, speculative, !x->host_valid && !from_disk);
-    if (r == GM_OK) x->last = s;
     if (r == GM_OK && (x->host_valid || from_disk)) {
         void* dst = x->dev ? x->dev : x->managed;
         /* into unified memory by the copy engine in stream order (a host copy would touch it from the
            CPU, which devices without concurrent managed access fault), then the prefetch after it */
         gm_copy_kind kind = x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_DEFAULT;
         gm__disk* dk = (gm__disk*)ctx->disk;
-        r = gm__copy_waits(ctx, tm, s);
-        if (r == GM_OK && x->dev) gm__note_use(x, tm->copy);
-        if (r == GM_OK && !from_disk) r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, tm->copy);
-        if (r == GM_OK && from_disk) r = gm__disk_read(ctx, dk, gm__disk_off(dk, x->disk), dst, x->bytes, kind, tm->copy, x->crc);
-        if (r == GM_OK && x->managed) (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, tm->copy);
-        if (r == GM_OK) r = gm__event_on(ctx, &x->ready_ev, tm->copy);
-        if (r != GM_OK) { /* the copy below is still whole: give the room back */
+        if (!from_disk) {
+            gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm)); /* the host copy is whole */
+            r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, GM__IN(tm));
+        } else {
+            r = gm__disk_read(ctx, dk, gm__disk_off(dk, x->disk), dst, x->bytes, kind, GM__IN(tm), x->crc);
+        }
+        if (r == GM_OK && x->managed) (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, GM__IN(tm));
+        if (r == GM_OK) {
+            x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
+            if (!from_disk) x->hr_seq = x->ready_seq;
+        }
+        if (r != GM_OK) { /* the copy below is still whole: give the room back (in order on `in`) */
             if (x->dev) {
-                gm__record_stream(ctx, x->dev, tm->copy, GM__OWN_TENSOR);
                 gm__free(ctx, x->dev, GM__OWN_TENSOR);
+                x->dev = NULL;
             } else if (x->managed) {
                 gm__managed_drop(ctx, tm, x);
             }
-            x->dev = x->managed = NULL;
-            x->nused = x->used_overflow = 0;
             if (r == GM_ERR_CHECKSUM)
                 gm__log(ctx, GM_LOG_ERROR, "tier: tensor %#x (%zu bytes) read back from disk fails its checksum; "
                         "it stays on disk", gm__handle_id(tm, x), x->bytes);
@@ -5974,6 +6161,8 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
             if (from_disk) tm->st.bytes_from_disk += (int64_t)x->bytes;
             tm->st.bytes_to_device += (int64_t)x->bytes;
         }
+    } else if (r == GM_OK && x->dev) { /* nothing to copy: users wait only for `in` to own the memory */
+        x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
     }
     gm__tier_count(tm, x, 1);
     return r;
@@ -5994,27 +6183,17 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
                           (h).id);                                                          \
     }
 
-/* Write-behind: the copy to host of a written tensor starts now, behind the
-   work queued on its streams, while its device copy stays; when its room is
-   needed later it is clean and goes without a wait. Only into free host
-   room (no demotion from here). An acquire's stream waits for the copy
-   (host_ev) before it may write the device copy again. A failure leaves
-   the tensor as it was: dirty, on the device. */
+/* Write-behind: the copy to host of a written tensor starts now, on `out`
+   after its last use, while its device copy stays; when its room is needed
+   later it is clean and goes without a wait. Only into free host room (no
+   demotion from here). An acquire's stream waits for the copy (out_seq)
+   before it may write the device copy again. A failure leaves the tensor
+   as it was: dirty, on the device. */
 static void gm__write_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     int fresh = !x->host;
     if (!x->dev || x->acquired || x->host_valid || x->disk_valid) return;
     if (fresh && (x->host = gm__host_alloc(ctx, tm, x->bytes)) == NULL) return;
-    if (gm__copy_waits_users(ctx, tm, x) != GM_OK ||
-        ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, tm->copy) != GM_OK ||
-        gm__event_on(ctx, &x->host_ev, tm->copy) != GM_OK) {
-        if (fresh) gm__host_free(ctx, tm, x); /* copies queued on it run first (copy stream) */
-        return;
-    }
-    gm__note_use(x, tm->copy);
-    gm__tier_count(tm, x, -1);
-    x->host_valid = 1;
-    gm__tier_count(tm, x, 1);
-    tm->st.bytes_to_host += (int64_t)x->bytes;
+    if (gm__copy_out(ctx, tm, x) != GM_OK && fresh) gm__host_free(ctx, tm, x);
 }
 
 /* Learned order, after an acquire: note it, then bring in the next tensors
@@ -6145,10 +6324,10 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     /* room: the device (evicting others if needed), else the host tier,
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
-    /* not gm_alloc: its own fallback would hide the tiers below */
-    r = gm__alloc(ctx, &x->dev, bytes, NULL, 0u, GM__OWN_TENSOR, gm__handle_id(tm, x));
-    if (r == GM_ERR_OUT_OF_MEMORY) {
-        x->dev = NULL;
+    r = gm__dev_get(ctx, tm, x, 0);
+    if (r == GM_OK) {
+        x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
+    } else if (r == GM_ERR_OUT_OF_MEMORY) {
         x->host = gm__host_room(ctx, tm, bytes, x);
         if (x->host) {
             x->host_valid = 1;
@@ -6166,7 +6345,6 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
         pthread_mutex_unlock(&tm->mu);
         return r;
     }
-    x->alloc_stream = x->last = NULL;
     x->stamp = ++tm->clock;
     if (x->dev) gm__lru_push(tm, x);
     tm->st.tensors++;
@@ -6184,13 +6362,10 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     }
     gm__tier_count(tm, x, -1);
     gm__lru_del(tm, x);
-    if (x->dev) gm__dev_drop(ctx, x);
+    if (x->dev) gm__dev_drop(ctx, tm, x);
     if (x->managed) gm__managed_drop(ctx, tm, x);
     gm__host_free(ctx, tm, x);
     gm__disk_drop(ctx, x);
-    if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
-    if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
-    x->host_ev = x->ready_ev = NULL;
     x->live = 0;
     if ((x->gen & 0xfffu) != 0xfffu) tm->freeidx[tm->nfree++] = (uint32_t)(x - tm->t); /* else retired: no handle repeats */
     tm->st.tensors--;
@@ -6223,24 +6398,18 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
         tm->st.prefetch_misses++;
         r = gm__bring_in(ctx, tm, x, s, 0);
     }
-    if (r == GM_OK && x->ready_ev) { /* a prefetch may still be copying (waiting on a done event is free) */
-        r = ctx->be->stream_wait_event(ctx, s, x->ready_ev);
-    }
-    if (r == GM_OK && x->dev && x->host_valid && x->host_ev) { /* a write-behind may still read the device copy */
-        r = ctx->be->stream_wait_event(ctx, s, x->host_ev);
-    }
-    if (r == GM_OK && x->last != s && gm__stream_alive(ctx, x->last)) { /* its last user may still be at work */
-        r = gm__event_on(ctx, &tm->sync_ev, x->last);
-        if (r == GM_OK) r = ctx->be->stream_wait_event(ctx, s, tm->sync_ev);
-    }
     if (r != GM_OK) {
         x->acquired--;
         if (x->dev && !x->acquired) gm__lru_push(tm, x);
         pthread_mutex_unlock(&tm->mu);
         return r;
     }
-    if (x->dev) gm__note_use(x, s);
-    x->stream = x->last = s;
+    /* s waits, on the device, for the copy in (or for `in` to own the memory), for a copy out that
+       may still read what the caller will write, and for the last release on another stream */
+    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, s);
+    if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, s);
+    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, s);
+    x->stream = s;
     x->stamp = ++tm->clock;
     *ptr = x->dev ? x->dev : x->managed;
     if (tm->policy == GM_EVICT_LEARNED) gm__learned_step(ctx, tm, x, s);
@@ -6250,6 +6419,7 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
 }
 
 GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s, int written) {
+    uint32_t ti;
     GM__TIER_ENTER(ctx, tm, x, h)
     if (!x->acquired) {
         pthread_mutex_unlock(&tm->mu);
@@ -6259,11 +6429,19 @@ GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s
         pthread_mutex_unlock(&tm->mu);
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
     }
+    if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead */
+        ctx->be->stream_sync(ctx, s);
+        ti = 0, x->done_seq = 0;
+    }
     if (written && (x->host_valid || x->disk_valid)) { /* copies below are stale: their space goes back */
         gm__tier_count(tm, x, -1);
-        gm__host_free(ctx, tm, x); /* later copies into it queue after those from it */
+        gm__host_free(ctx, tm, x); /* kept until the copies in and out of it completed */
         gm__disk_drop(ctx, x); /* no I/O outlives the call that made it */
         gm__tier_count(tm, x, 1);
+    }
+    if (ti) { /* the end of this use, for whoever comes next */
+        x->done_tk = ti;
+        x->done_seq = gm__tk_mark(ctx, tm, ti);
     }
     x->stamp = ++tm->clock;
     if (--x->acquired == 0 && x->dev) gm__lru_push(tm, x);
@@ -6315,7 +6493,7 @@ GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier ti
         else r = gm__to_disk(ctx, tm, x);
         if (r == GM_OK && x->dev) {
             gm__tier_count(tm, x, -1);
-            gm__dev_drop(ctx, x);
+            gm__dev_drop(ctx, tm, x);
             gm__lru_del(tm, x);
             gm__tier_count(tm, x, 1);
             tm->st.evictions++;
@@ -6387,6 +6565,13 @@ static int gm__tier_check(gm_context* ctx) {
         onlru++;
         if (!x->live || !x->dev || x->acquired || (x->next && GM__LRU(tm, x->next)->prev != i)) bad++;
     }
+    for (i = 0; i < tm->ntk; i++) {
+        const gm__track* k = &tm->tk[i];
+        if (k->n > k->cap || k->n > k->seq || (k->cap && k->head >= k->cap)) {
+            gm__log(ctx, GM_LOG_ERROR, "check: the marks of stream %u are out of order", i);
+            bad++;
+        }
+    }
     for (i = 0; i < tm->n; i++) {
         x = &tm->t[i];
         if (!x->live) continue;
@@ -6396,6 +6581,11 @@ static int gm__tier_check(gm_context* ctx) {
             bad++;
         }
         if (x->host_valid && !x->host) bad++;
+        if (x->done_tk >= tm->ntk || x->done_seq > tm->tk[x->done_tk].seq || x->ready_seq > tm->tk[GM__TK_IN].seq ||
+            x->hr_seq > tm->tk[GM__TK_IN].seq || x->out_seq > tm->tk[GM__TK_OUT].seq) {
+            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u waits for a mark never made", i);
+            bad++;
+        }
         if (x->disk_valid != (x->disk != NULL) || (x->blank && !x->disk_valid) ||
             (x->disk && x->disk->size < x->bytes)) {
             gm__log(ctx, GM_LOG_ERROR, "check: tensor %u has a broken disk extent", i);
@@ -6422,6 +6612,10 @@ static int gm__tier_check(gm_context* ctx) {
                 gm__log(ctx, GM_LOG_ERROR, "check: the device copy of tensor %#x at %p is %s", gm__handle_id(tm, x),
                         x->dev, !b ? "not a block in use" : "a block held by someone else");
                 bad++;
+            } else if (ctx->ss[b->seg->key - 1].stream != GM__IN(tm)) {
+                gm__log(ctx, GM_LOG_ERROR, "check: the device copy of tensor %#x is not memory of the manager's stream",
+                        gm__handle_id(tm, x));
+                bad++;
             }
         }
         for (k = 0; k < ctx->map.cap; k++)
@@ -6446,16 +6640,22 @@ static int gm__tier_check(gm_context* ctx) {
         int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0;
         size_t segb = 0, held = 0;
         const gm__seg* sg;
-        const gm__hretire* r;
         bad += gm__arena_check(ctx, &tm->host, &un, &ub, &pn, &pb, &rb);
-        for (sg = tm->host.segs; sg; sg = sg->next) segb += sg->size;
-        for (r = tm->retiring; r; r = r->next) segb += r->n;
+        for (sg = tm->host.segs; sg; sg = sg->next) {
+            const gm__block* b;
+            segb += sg->size;
+            for (b = sg->first; b; b = b->next)
+                if (b->ord[0] > tm->tk[GM__TK_IN].seq || b->ord[1] > tm->tk[GM__TK_OUT].seq) {
+                    gm__log(ctx, GM_LOG_ERROR, "check: host block %#lx waits for a mark never made", (unsigned long)b->addr);
+                    bad++;
+                }
+        }
         for (i = 0; i < tm->n; i++)
             if (tm->t[i].live && tm->t[i].host) held += tm->t[i].host->size;
         if ((size_t)ub != tm->host_used || held != tm->host_used || segb != tm->host_reserved ||
             tm->host_peak < tm->host_used) {
-            gm__log(ctx, GM_LOG_ERROR, "check: the host pool's counts differ from its blocks (%lld/%zu/%zu used, %zu/%zu held)",
-                    (long long)ub, held, tm->host_used, segb, tm->host_reserved);
+            gm__log(ctx, GM_LOG_ERROR, "check: the host pool's counts differ from its blocks (%lld/%zu/%zu used, %zu/%zu "
+                    "held)", (long long)ub, held, tm->host_used, segb, tm->host_reserved);
             bad++;
         }
         if (ctx->disk) { /* the extents in use are exactly the tensors' */
@@ -6478,7 +6678,8 @@ static int gm__tier_check(gm_context* ctx) {
 }
 
 /* Shutdown: waits for copies, frees what the tensors hold, the pool, the
-   copy stream. Called before the allocator lets its segments go. */
+   copy streams and the marks' events. Called before the allocator lets its
+   segments go. */
 static void gm__tier_shutdown(gm_context* ctx) {
     gm__tier* tm = (gm__tier*)ctx->tier;
     uint32_t i;
@@ -6489,17 +6690,26 @@ static void gm__tier_shutdown(gm_context* ctx) {
         gm__tensor* x = &tm->t[i];
         if (x->live && x->dev) gm__free(ctx, x->dev, GM__OWN_TENSOR);
         if (x->live && x->managed) gm__free(ctx, x->managed, GM__OWN_TENSOR); /* the device is idle */
-        if (x->host_ev) ctx->be->event_destroy(ctx, x->host_ev);
-        if (x->ready_ev) ctx->be->event_destroy(ctx, x->ready_ev);
     }
-    gm__host_retired(ctx, tm, 1);
+    for (i = 0; i < tm->ntk; i++) {
+        gm__track* k = &tm->tk[i];
+        while (k->n) {
+            ctx->be->event_destroy(ctx, k->ev[k->head]);
+            k->head = (k->head + 1) % k->cap;
+            k->n--;
+        }
+        GPUMEM_FREE(k->ev);
+    }
+    while (tm->nevs) ctx->be->event_destroy(ctx, tm->evs[--tm->nevs]);
     for (s = tm->host.segs; s; s = s->next) gm__pinned_free(ctx, (void*)s->base, s->size);
     gm__arena_destroy(&tm->host);
-    if (tm->sync_ev) ctx->be->event_destroy(ctx, tm->sync_ev);
-    ctx->be->stream_destroy(ctx, tm->copy);
+    ctx->be->stream_destroy(ctx, tm->tk[GM__TK_IN].s);
+    ctx->be->stream_destroy(ctx, tm->tk[GM__TK_OUT].s);
     pthread_mutex_destroy(&tm->mu);
     GPUMEM_FREE(tm->t);
     GPUMEM_FREE(tm->freeidx);
+    GPUMEM_FREE(tm->tk);
+    GPUMEM_FREE(tm->evs);
     GPUMEM_FREE(tm->cand);
     GPUMEM_FREE(tm->rec);
     GPUMEM_FREE(tm->plan);
