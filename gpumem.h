@@ -520,13 +520,17 @@ typedef struct gm_tier_stats {
     int64_t bytes_to_disk, bytes_from_disk;
     int64_t disk_write_ns, disk_read_ns; /* wall time of the transfers each way */
     int64_t disk_ios;         /* chunk I/Os submitted (resubmissions included) */
-    int64_t disk_depth_sum;   /* sum over submissions of the I/Os then in flight:
-                                 disk_depth_sum / disk_ios is the mean queue depth */
+    int64_t disk_depth_sum;   /* sum over submissions of the I/Os then in flight
+                                 (disk_depth_sum / disk_ios: the depth a submission found) */
     int64_t disk_errors;      /* transfers that failed (the tensor stayed put) */
     int64_t checksum_failures;
-    int64_t host_demotions;   /* host copies written to disk to make host room */
+    int64_t host_demotions;   /* host copies written to disk to make host room (when it was wanted,
+                                 or behind, to keep half the host tier free or clean) */
     int64_t host_reserved;    /* pinned bytes the host pool holds (it gives back whole chunks
                                  past twice its recent peak use) */
+    int64_t disk_busy_ns;     /* time with I/O in flight on the spill file */
+    int64_t disk_depth_ns;    /* I/Os in flight, integrated over time: disk_depth_ns /
+                                 disk_busy_ns is the mean queue depth while busy */
 } gm_tier_stats;
 
 /* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
@@ -994,7 +998,6 @@ struct gm_context {
     void* disk;             /* the spill file (gm__disk), or NULL */
     gm_result dev_err;      /* the ladder: a device error that is not out-of-memory (it stops) */
     int nosync;             /* a GM_ALLOC_NO_SYNC request is being served: no fence is recorded */
-    uint64_t dfault_ops[4], dfault_at[4]; /* the disk tier's fault injection (gm_sim_inject) */
     struct gm__dfree* dfree; /* device memory to give back once the lock is dropped */
     size_t ndfree, capdfree;
     struct gm__mblock *mpending, *mcache; /* unified memory freed: waiting for its streams, then cached */
@@ -4307,6 +4310,7 @@ static int gm__tier_check(gm_context* ctx);
 static void gm__tier_shutdown(gm_context* ctx);
 static gm_result gm__disk_open(gm_context* ctx);
 static void gm__disk_close(gm_context* ctx);
+static void gm__disk_inject(gm_context* ctx, int k, uint64_t nth);
 
 /* >>check -----------------------------------------------------------------
    gm_check: the arenas' own invariants, then the allocator's: the map holds
@@ -4763,10 +4767,7 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL) return GM_ERR_INVALID_ARGUMENT;
     if (fault >= GM_SIM_FAULT_DISK_WRITE) { /* the disk tier's: any backend */
-        int k = (int)fault - (int)GM_SIM_FAULT_DISK_WRITE;
-        pthread_mutex_lock(&ctx->mu);
-        ctx->dfault_at[k] = nth ? ctx->dfault_ops[k] + nth : 0;
-        pthread_mutex_unlock(&ctx->mu);
+        gm__disk_inject(ctx, (int)fault - (int)GM_SIM_FAULT_DISK_WRITE, nth);
         return GM_OK;
     }
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
@@ -4871,41 +4872,86 @@ static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
 }
 
 /* >>disk ------------------------------------------------------------------
-   The spill file and its I/O, for the tiered manager (which calls in with
-   its lock held, so one transfer runs at a time). Invariants:
+   The spill file and its I/O engine. The manager hands the engine jobs (a
+   tensor's bytes between host memory and an extent of the file, or between
+   device memory and the file through pinned staging) and goes on; the
+   engine, a thread of its own that alone touches the ring, cuts every job
+   into chunks and keeps up to `depth` of them in flight across jobs (the
+   queue does not drain between tensors), urgent jobs (one a caller waits
+   for) first. Finished jobs wait in a list until the manager applies them
+   under its lock. Invariants:
    - the file is created unlinked (O_TMPFILE, else created and unlinked at
      once), mode 0600, O_DIRECT unless the file system refuses it; nothing
      of it outlives the process;
    - extents come from an arena whose addresses are file offsets plus
      `align` (so none is 0), every extent and offset a multiple of the
      direct-I/O alignment; the arena's segments are exactly the file space
-     reserved with fallocate, `reserved` bytes, never above `budget`;
-   - a transfer is cut into chunks of `chunk` bytes; chunk i uses staging
-     slot i % depth, at most `depth` I/Os are in flight, and every I/O a
-     transfer submits is reaped before the transfer returns;
-   - a slot whose staged bytes a copy into device memory still reads has
-     ev_pending set; no read lands in it before that event completed, and
-     a copy into it (a write's, from the device on another stream) is
-     queued behind that event;
-   - a short read or write is resubmitted for the rest; an error or a
-     transfer of 0 bytes ends the transfer with GM_ERR_IO or
-     GM_ERR_DISK_FULL once the I/Os in flight are reaped. */
+     reserved with fallocate, `reserved` bytes, never above `budget`; the
+     arena is the manager's (under its lock), never the engine's;
+   - a job's memory and extent stay its own until it is applied: nothing
+     else reads or writes them meanwhile;
+   - a job starts no I/O before its gates (events) completed: the copies
+     that fill its memory, or that last used it;
+   - a slot is one I/O in flight (at most `depth`); a staged job's chunk
+     uses the slot's buffer, and a slot whose buffer a copy into device
+     memory still reads has ev_pending set: no read lands in it before that
+     event completed, and a copy into it (on another stream) is queued
+     behind that event;
+   - staged chunks are written and copied onward in order (the CRC runs in
+     order); a short read or write is resubmitted for the rest; an error or
+     a transfer of 0 bytes fails the job (GM_ERR_IO or GM_ERR_DISK_FULL)
+     once its I/Os in flight are reaped;
+   - dk->mu guards the job lists, the slots and the figures; the engine
+     holds it except while it waits (for a completion, an event, or work),
+     and takes no other lock. */
 #ifdef GPUMEM_URING
 #include <liburing.h>
 #endif
+
+enum { GM__J_WRITE_MEM, GM__J_READ_MEM, GM__J_WRITE_DEV, GM__J_READ_DEV };
+
+typedef struct gm__job gm__job;
+struct gm__job {
+    gm__job* next;          /* in dk->jobs (queued or running) or dk->done */
+    int kind;               /* GM__J_* */
+    int urgent;             /* a caller waits: its chunks go first */
+    char* mem;              /* MEM kinds: host memory (pinned) */
+    void* dev;              /* DEV kinds: device (or managed) memory */
+    gm_copy_kind ckind;     /* READ_DEV: the kind of the copies onward */
+    gm_stream copy;         /* DEV kinds: the stream of the staging copies */
+    int buf_index;          /* MEM kinds: the ring's registered buffer holding mem, or -1 */
+    uint64_t off;           /* file offset */
+    size_t bytes, n;        /* and its chunks */
+    void* gate[2];          /* to complete before any I/O (owned by the manager) */
+    uint32_t crc, want;     /* write: the CRC32C of the bytes; read: the one expected */
+    size_t staged, sent, finished; /* chunks copied into staging, submitted, completed (or copied out) */
+    int* fifo;              /* staged kinds: the slots of the chunks in flight, in order */
+    size_t fhead;
+    gm_result res;
+    int done, started;
+    int sync;               /* a caller waits and takes it back itself (not in dk->done) */
+    int finishing;          /* over: the engine finishes it (still in dk->jobs until it is done) */
+    uint64_t t0;
+    /* the manager's: the tensor served (index, generation; ti = UINT32_MAX
+       once it let go), and what the job frees when it is applied */
+    uint32_t ti, gen;
+    gm__block *ext, *hb;
+    int own;
+};
 
 typedef struct gm__dslot {
     char* buf;              /* staging, `chunk` bytes */
     void* ev;               /* the last copy out of or into buf */
     int ev_pending;
-    int busy;               /* part of the transfer under way */
-    int io_done;            /* its I/O completed whole */
-    int write;
-    char* mem;              /* the I/O's buffer: buf, or host memory written in place */
+    gm__job* job;           /* the job whose I/O it carries, or NULL: free */
+    int write, io_done, fixed;
+    char* mem;              /* the I/O's buffer: buf, or the job's memory */
     uint64_t off;           /* file offset of the chunk */
     size_t len;             /* I/O length (aligned) */
     size_t done;            /* bytes moved so far */
 } gm__dslot;
+
+#define GM__REGBUFS 256     /* registered buffers: 0 the staging, then host pool chunks */
 
 typedef struct gm__disk {
     int fd;
@@ -4920,29 +4966,48 @@ typedef struct gm__disk {
     int* pend;              /* pread/pwrite: completions not yet reaped, a ring */
     int npend, pend_head;
     int broken;             /* the ring failed: no more transfers */
+    /* the engine */
+    pthread_t th;
+    int running, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work for the engine */
+    pthread_cond_t done_cv; /* a job finished */
+    gm__job *jobs, *done;
+    size_t njobs, ndone;    /* ndone is read without the lock (atomically) */
+    uint64_t fault_ops[4], fault_at[4]; /* fault injection (gm_sim_inject), per gm_sim_fault disk kind */
+    void* regbase[GM__REGBUFS]; /* registered buffers (NULL: slot free) */
+    size_t reglen[GM__REGBUFS];
+    int regsparse;          /* the table can be updated one buffer at a time */
     /* figures, copied into gm_tier_stats */
     int64_t bytes_w, bytes_r, ns_w, ns_r, ios, depth_sum, errors, crc_fail;
+    int64_t busy_ns, depth_ns;
+    uint64_t t_inflight;    /* when `inflight` last changed */
+    gm_context* ctx;
+    int fixed_buf, fixed_file; /* io_uring: the staging (and pool chunks) and the file registered */
 #ifdef GPUMEM_URING
     struct io_uring ring;
-    int fixed_buf, fixed_file;
 #endif
 } gm__disk;
 
 #define GM__DISK_GROW (256 * GM__MIB)
 
-/* An armed sim fault of the disk's kinds fires (sim backend only). */
-/* An armed fault of the disk's kinds fires (any backend; counted in the
-   context, under its lock). */
-static int gm__disk_fault(gm_context* ctx, gm_sim_fault kind, size_t n) {
-    int k = (int)kind - (int)GM_SIM_FAULT_DISK_WRITE, f = 0;
-    pthread_mutex_lock(&ctx->mu);
-    if (++ctx->dfault_ops[k] == ctx->dfault_at[k] && ctx->dfault_at[k]) {
-        ctx->dfault_at[k] = 0;
-        f = 1;
-    }
-    pthread_mutex_unlock(&ctx->mu);
-    if (f) gm__log(ctx, GM_LOG_INFO, "disk: injected failure of a %zu-byte chunk", n);
-    return f;
+/* An armed fault of the disk's kinds fires (any backend; with dk->mu). */
+static int gm__disk_fault(gm__disk* dk, gm_sim_fault kind, size_t n) {
+    int k = (int)kind - (int)GM_SIM_FAULT_DISK_WRITE;
+    if (++dk->fault_ops[k] != dk->fault_at[k] || !dk->fault_at[k]) return 0;
+    dk->fault_at[k] = 0;
+    gm__log(dk->ctx, GM_LOG_INFO, "disk: injected failure of a %zu-byte chunk", n);
+    return 1;
+}
+
+/* Arms the nth next chunk of fault kind k (0: none); without a disk tier,
+   nothing to arm. */
+static void gm__disk_inject(gm_context* ctx, int k, uint64_t nth) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    if (!dk) return;
+    pthread_mutex_lock(&dk->mu);
+    dk->fault_at[k] = nth ? dk->fault_ops[k] + nth : 0;
+    pthread_mutex_unlock(&dk->mu);
 }
 
 /* Opens the spill file: O_TMPFILE, else a named file unlinked at once. */
@@ -4993,10 +5058,22 @@ static int gm__uring_open(gm_context* ctx, gm__disk* dk) {
     }
     iov.iov_base = dk->staging;
     iov.iov_len = dk->chunk * (size_t)dk->depth;
-    e = io_uring_register_buffers(&dk->ring, &iov, 1);
+    /* a sparse table (Linux 5.19), so the host pool's chunks can join it one by one */
+    e = io_uring_register_buffers_sparse(&dk->ring, GM__REGBUFS);
+    if (e == 0) e = io_uring_register_buffers_update_tag(&dk->ring, 0, &iov, NULL, 1) == 1 ? 0 : -EINVAL;
+    dk->regsparse = e == 0;
+    if (e) {
+        (void)io_uring_unregister_buffers(&dk->ring);
+        e = io_uring_register_buffers(&dk->ring, &iov, 1);
+    }
     dk->fixed_buf = e == 0;
+    if (dk->fixed_buf) {
+        dk->regbase[0] = dk->staging;
+        dk->reglen[0] = iov.iov_len;
+    }
     if (e) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused registered buffers (%s)", strerror(-e));
-    else gm__log(ctx, GM_LOG_INFO, "disk: io_uring registered its staging buffers (%zu KiB)", iov.iov_len >> 10);
+    else gm__log(ctx, GM_LOG_INFO, "disk: io_uring registered its staging buffers (%zu KiB)%s", iov.iov_len >> 10,
+                 dk->regsparse ? ", and will register the host pool's chunks" : "");
     e = io_uring_register_files(&dk->ring, &dk->fd, 1);
     dk->fixed_file = e == 0;
     if (e) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused a registered file (%s)", strerror(-e));
@@ -5004,10 +5081,594 @@ static int gm__uring_open(gm_context* ctx, gm__disk* dk) {
 }
 #endif
 
+/* The host pool's chunks join the ring's registered buffers as they come
+   and leave it as they go (with the manager's lock; the kernel orders the
+   update against I/O in flight, and no job uses a chunk that goes). */
+static void gm__disk_register(gm_context* ctx, void* p, size_t n, int add) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    int i;
+    if (!dk || !dk->regsparse) return;
+    pthread_mutex_lock(&dk->mu);
+    for (i = 1; i < GM__REGBUFS; i++) {
+        if (add ? dk->regbase[i] != NULL : dk->regbase[i] != p) continue;
+#ifdef GPUMEM_URING
+        {
+            struct iovec iov;
+            iov.iov_base = add ? p : NULL;
+            iov.iov_len = add ? n : 0;
+            if (io_uring_register_buffers_update_tag(&dk->ring, (unsigned)i, &iov, NULL, 1) != 1) {
+                if (add) gm__log(ctx, GM_LOG_INFO, "disk: io_uring refused to register a host pool chunk (%zu bytes)", n);
+                if (!add) dk->regbase[i] = NULL; /* gone anyway: never used again */
+                break;
+            }
+        }
+#endif
+        dk->regbase[i] = add ? p : NULL;
+        dk->reglen[i] = add ? n : 0;
+        break;
+    }
+    pthread_mutex_unlock(&dk->mu);
+}
+
+/* The registered buffer holding [p, p + n), or -1 (with dk->mu). */
+static int gm__disk_bufidx(const gm__disk* dk, const char* p, size_t n) {
+    int i;
+    for (i = 0; i < GM__REGBUFS; i++)
+        if (dk->regbase[i] && p >= (const char*)dk->regbase[i] && p + n <= (const char*)dk->regbase[i] + dk->reglen[i])
+            return i;
+    return -1;
+}
+
+/* Bytes of chunk i of a job. */
+static size_t gm__chunk_len(const gm__disk* dk, size_t bytes, size_t i) {
+    size_t at = i * dk->chunk;
+    return bytes - at < dk->chunk ? bytes - at : dk->chunk;
+}
+
+/* Starts slot k's I/O for the rest of its chunk (a fault may cut it to
+   half). With dk->mu. */
+/* The queue's depth over time: called before `inflight` changes. */
+static void gm__dio_account(gm__disk* dk) {
+    uint64_t now = gm__now_ns();
+    if (dk->inflight > 0 && now > dk->t_inflight) {
+        dk->busy_ns += (int64_t)(now - dk->t_inflight);
+        dk->depth_ns += (int64_t)(now - dk->t_inflight) * dk->inflight;
+    }
+    dk->t_inflight = now;
+}
+
+static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
+    gm__dslot* sl = &dk->slot[k];
+    size_t len = sl->len - sl->done;
+    char* mem = sl->mem + sl->done;
+    uint64_t off = sl->off + sl->done;
+    if (len > dk->align && gm__disk_fault(dk, GM_SIM_FAULT_DISK_SHORT, len)) len = gm__round_up(len / 2, dk->align);
+    gm__dio_account(dk);
+    dk->inflight++;
+    dk->ios++;
+    dk->depth_sum += dk->uring ? dk->inflight : 1; /* pread/pwrite: one at a time */
+#ifdef GPUMEM_URING
+    if (dk->uring) {
+        struct io_uring_sqe* sqe = io_uring_get_sqe(&dk->ring);
+        int fd = dk->fixed_file ? 0 : dk->fd, e;
+        int bi = dk->fixed_buf ? (sl->mem == sl->buf ? 0 : sl->fixed) : -1;
+        if (!sqe) { /* the ring holds twice the depth: cannot happen, but never hang */
+            dk->inflight--;
+            return GM_ERR_INTERNAL;
+        }
+        if (sl->write && bi >= 0) io_uring_prep_write_fixed(sqe, fd, mem, (unsigned)len, off, bi);
+        else if (sl->write) io_uring_prep_write(sqe, fd, mem, (unsigned)len, off);
+        else if (bi >= 0) io_uring_prep_read_fixed(sqe, fd, mem, (unsigned)len, off, bi);
+        else io_uring_prep_read(sqe, fd, mem, (unsigned)len, off);
+        if (dk->fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data(sqe, (void*)(uintptr_t)k);
+        do e = io_uring_submit(&dk->ring);
+        while (e == -EINTR || e == -EAGAIN);
+        if (e < 0) {
+            dk->inflight--;
+            gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_submit: %s", strerror(-e));
+            return GM_ERR_IO;
+        }
+        return GM_OK;
+    }
+#endif
+    (void)ctx;
+    { /* pread/pwrite: done now, reaped later */
+        ssize_t res;
+        int at;
+        do res = sl->write ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
+        while (res < 0 && errno == EINTR);
+        at = (dk->pend_head + dk->npend++) % dk->depth;
+        GPUMEM_ASSERT(dk->npend <= dk->depth);
+        dk->pend[2 * at] = k;
+        dk->pend[2 * at + 1] = res < 0 ? -errno : (int)res;
+    }
+    return GM_OK;
+}
+
+/* One completion: its slot and result (bytes, or -errno); the slot -1 when
+   there was none (nowait) or the ring broke. Called without dk->mu (it may
+   block); the pread ring is read with it held by the caller. */
+static void gm__dio_wait(gm__disk* dk, int nowait, unsigned timeout_us, int* k, int* res) {
+    *k = -1;
+    *res = 0;
+#ifdef GPUMEM_URING
+    if (dk->uring) {
+        struct io_uring_cqe* cqe = NULL;
+        int e;
+        if (nowait) e = io_uring_peek_cqe(&dk->ring, &cqe);
+        else if (timeout_us) {
+            struct __kernel_timespec ts;
+            ts.tv_sec = 0;
+            ts.tv_nsec = (long long)timeout_us * 1000;
+            e = io_uring_wait_cqe_timeout(&dk->ring, &cqe, &ts);
+        } else {
+            do e = io_uring_wait_cqe(&dk->ring, &cqe);
+            while (e == -EINTR || e == -EAGAIN);
+        }
+        if (e == -EAGAIN || e == -ETIME || e == -EINTR) return;
+        if (e < 0 || !cqe) { /* the ring itself broke: the slot is unknown, so everything fails */
+            *res = e < 0 ? e : -EIO;
+            *k = -2;
+            return;
+        }
+        *k = (int)(uintptr_t)io_uring_cqe_get_data(cqe);
+        *res = cqe->res;
+        io_uring_cqe_seen(&dk->ring, cqe);
+        return;
+    }
+#endif
+    (void)timeout_us;
+    if (!dk->npend) return;
+    *k = dk->pend[2 * dk->pend_head];
+    *res = dk->pend[2 * dk->pend_head + 1];
+    dk->pend_head = (dk->pend_head + 1) % dk->depth;
+    dk->npend--;
+    (void)nowait;
+}
+
+static void gm__job_fail(gm__job* j, gm_result r) {
+    if (j->res == GM_OK) j->res = r;
+}
+
+/* Applies one completion to its slot and job (with dk->mu): a whole I/O
+   marks the slot done, a short one goes again for the rest, an error
+   fails the job. */
+static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
+    gm__dslot* sl;
+    gm__job* j;
+    if (k == -2) { /* the ring broke: nothing more can be reaped or trusted */
+        int i;
+        gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_wait_cqe: %s; the disk tier stops", strerror(-res));
+        dk->broken = 1;
+        gm__dio_account(dk);
+        dk->inflight = 0;
+        for (i = 0; i < dk->depth; i++)
+            if (dk->slot[i].job && dk->slot[i].job->kind == GM__J_READ_DEV) {
+                gm__job_fail(dk->slot[i].job, GM_ERR_IO);
+                dk->slot[i].io_done = 1;
+            } else if (dk->slot[i].job && dk->slot[i].job->sent > dk->slot[i].job->finished) {
+                gm__job_fail(dk->slot[i].job, GM_ERR_IO);
+                dk->slot[i].job->finished++;
+                dk->slot[i].job = NULL;
+            }
+        return;
+    }
+    gm__dio_account(dk);
+    dk->inflight--;
+    sl = &dk->slot[k];
+    j = sl->job;
+    if (res >= 0 && gm__disk_fault(dk, sl->write ? GM_SIM_FAULT_DISK_WRITE : GM_SIM_FAULT_DISK_READ, sl->len)) res = -EIO;
+    if (res >= 0 && sl->write && gm__disk_fault(dk, GM_SIM_FAULT_DISK_FULL, sl->len)) res = -ENOSPC;
+    if (res > 0 && sl->done + (size_t)res < sl->len && j->res == GM_OK) {
+        sl->done += (size_t)res;
+        if (gm__dio_submit(ctx, dk, k) == GM_OK) return;
+        res = -EIO;
+    }
+    if (res <= 0) {
+        if (j->res == GM_OK)
+            gm__log(ctx, GM_LOG_ERROR, "disk: %s of %zu bytes at offset %llu of the spill file in %s failed: %s",
+                    sl->write ? "write" : "read", sl->len, (unsigned long long)sl->off, ctx->disk_dir,
+                    res ? strerror(-res) : "no progress");
+        gm__job_fail(j, res == -ENOSPC || res == -EDQUOT ? GM_ERR_DISK_FULL : GM_ERR_IO);
+    } else {
+        sl->done = sl->len;
+    }
+    sl->io_done = 1;
+    if (j->kind == GM__J_READ_DEV) return; /* released in order by the job (and copied onward) */
+    j->finished++;
+    sl->job = NULL;
+}
+
+static int gm__slot_free(const gm__disk* dk) {
+    int i;
+    for (i = 0; i < dk->depth; i++)
+        if (!dk->slot[i].job) return i;
+    return -1;
+}
+
+static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uint64_t off, size_t len) {
+    sl->job = j;
+    sl->io_done = 0;
+    sl->write = write;
+    sl->mem = mem;
+    sl->off = off;
+    sl->len = len;
+    sl->done = 0;
+    sl->fixed = j->buf_index;
+}
+
+/* Moves a job as far as it can go now, without waiting (with dk->mu).
+   Returns whether anything happened; *stuck says what it waits for: 1 a
+   gate, 2 a staging copy. */
+static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
+    int did = 0, k;
+    gm_result err;
+    if (!j->started) {
+        int g;
+        for (g = 0; g < 2; g++) {
+            gm_result q;
+            if (!j->gate[g]) continue;
+            q = ctx->be->event_query(ctx, j->gate[g]);
+            if (q == GM_NOT_READY) {
+                *stuck = 1;
+                return 0;
+            }
+            if (q != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
+        }
+        j->started = 1;
+        j->t0 = gm__now_ns();
+        if (dk->broken) gm__job_fail(j, GM_ERR_IO);
+        did = 1;
+    }
+    if (j->res != GM_OK) { /* no more I/O: the chunks in flight are reaped (a staged read's, in order) */
+        while (j->kind == GM__J_READ_DEV && j->finished < j->sent && dk->slot[j->fifo[j->fhead]].io_done) {
+            dk->slot[j->fifo[j->fhead]].job = NULL;
+            j->fhead = (j->fhead + 1) % (size_t)dk->depth;
+            j->finished++;
+            did = 1;
+        }
+        return did;
+    }
+    switch (j->kind) {
+    case GM__J_WRITE_MEM:
+    case GM__J_READ_MEM: /* straight between host memory and the file */
+        while (j->sent < j->n && (k = gm__slot_free(dk)) >= 0) {
+            size_t at = j->sent * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->sent);
+            int w = j->kind == GM__J_WRITE_MEM;
+            if (w && dk->checksum) j->crc = gm__crc32c(j->crc, j->mem + at, len);
+            gm__dslot_start(&dk->slot[k], j, w, j->mem + at, j->off + at, gm__round_up(len, dk->align));
+            j->sent++;
+            did = 1;
+            if ((err = gm__dio_submit(ctx, dk, k)) != GM_OK) {
+                dk->slot[k].job = NULL;
+                j->finished++;
+                gm__job_fail(j, err);
+                return did;
+            }
+        }
+        break;
+    case GM__J_WRITE_DEV: /* device -> staging (copies on j->copy) -> file, in order */
+        while (j->staged < j->n && j->staged - j->sent < (size_t)dk->depth && (k = gm__slot_free(dk)) >= 0) {
+            gm__dslot* sl = &dk->slot[k];
+            size_t at = j->staged * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->staged);
+            err = sl->ev_pending ? ctx->be->stream_wait_event(ctx, j->copy, sl->ev) : GM_OK; /* a copy out goes first */
+            if (err == GM_OK) err = ctx->be->copy(ctx, sl->buf, (const char*)j->dev + at, len, GM_COPY_DEVICE_TO_HOST, j->copy);
+            if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, j->copy);
+            if (err != GM_OK) {
+                gm__job_fail(j, err);
+                return 1;
+            }
+            sl->ev_pending = 1;
+            gm__dslot_start(sl, j, 1, sl->buf, j->off + at, gm__round_up(len, dk->align));
+            sl->fixed = dk->fixed_buf ? 0 : -1;
+            dk->slot[k].io_done = 0;
+            j->fifo[(j->fhead + (j->staged - j->sent)) % (size_t)dk->depth] = k;
+            j->staged++;
+            did = 1;
+        }
+        while (j->sent < j->staged) { /* the copies that landed: their CRC, then the write */
+            gm__dslot* sl;
+            size_t len = gm__chunk_len(dk, j->bytes, j->sent);
+            gm_result q;
+            k = j->fifo[j->fhead];
+            sl = &dk->slot[k];
+            q = ctx->be->event_query(ctx, sl->ev);
+            if (q == GM_NOT_READY) {
+                *stuck = 2;
+                break;
+            }
+            if (q != GM_OK && (err = ctx->be->event_sync(ctx, sl->ev)) != GM_OK) {
+                gm__job_fail(j, err);
+                return 1;
+            }
+            sl->ev_pending = 0;
+            if (dk->checksum) j->crc = gm__crc32c(j->crc, sl->buf, len);
+            j->fhead = (j->fhead + 1) % (size_t)dk->depth;
+            j->sent++;
+            did = 1;
+            if ((err = gm__dio_submit(ctx, dk, k)) != GM_OK) {
+                sl->job = NULL;
+                j->finished++;
+                gm__job_fail(j, err);
+                return did;
+            }
+        }
+        break;
+    case GM__J_READ_DEV: /* file -> staging -> device (copies on j->copy), in order */
+        while (j->sent < j->n && j->sent - j->finished < (size_t)dk->depth && (k = gm__slot_free(dk)) >= 0) {
+            gm__dslot* sl = &dk->slot[k];
+            size_t at = j->sent * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->sent);
+            if (sl->ev_pending) { /* its last copy out may still read it */
+                gm_result q = ctx->be->event_query(ctx, sl->ev);
+                if (q == GM_NOT_READY) {
+                    *stuck = 2;
+                    break;
+                }
+                sl->ev_pending = 0;
+            }
+            gm__dslot_start(sl, j, 0, sl->buf, j->off + at, gm__round_up(len, dk->align));
+            sl->fixed = dk->fixed_buf ? 0 : -1;
+            j->fifo[(j->fhead + (j->sent - j->finished)) % (size_t)dk->depth] = k;
+            j->sent++;
+            did = 1;
+            if ((err = gm__dio_submit(ctx, dk, k)) != GM_OK) {
+                sl->job = NULL;
+                j->sent--; /* never in flight */
+                gm__job_fail(j, err);
+                return did;
+            }
+        }
+        while (j->finished < j->sent && dk->slot[j->fifo[j->fhead]].io_done) { /* in order: CRC, copy onward */
+            gm__dslot* sl = &dk->slot[j->fifo[j->fhead]];
+            size_t at = j->finished * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->finished);
+            err = j->res;
+            if (err == GM_OK && dk->checksum) j->crc = gm__crc32c(j->crc, sl->buf, len);
+            if (err == GM_OK) err = ctx->be->copy(ctx, (char*)j->dev + at, sl->buf, len, j->ckind, j->copy);
+            if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, j->copy);
+            if (err == GM_OK) sl->ev_pending = 1;
+            sl->job = NULL;
+            j->fhead = (j->fhead + 1) % (size_t)dk->depth;
+            j->finished++;
+            did = 1;
+            if (err != GM_OK) gm__job_fail(j, err);
+        }
+        break;
+    }
+    return did;
+}
+
+/* A job is over once every I/O it submitted is reaped (and, for a staged
+   read, released in order). */
+static int gm__job_over(const gm__job* j) {
+    if (!j->started || j->finishing) return 0;
+    return j->res != GM_OK ? j->finished == j->sent : j->finished == j->n;
+}
+
+/* Its end (without dk->mu: a read's CRC may take a while): the slots it
+   staged and never sent come back, a read's checksum is checked, the
+   figures counted, and it goes to dk->done (or to the caller waiting). */
+static void gm__job_finish(gm__disk* dk, gm__job* j) {
+    int i, bad;
+    gm__job** pp;
+    pthread_mutex_lock(&dk->mu);
+    if (j->kind == GM__J_WRITE_DEV) /* staged copies never sent: their slots come back */
+        for (i = 0; i < dk->depth; i++)
+            if (dk->slot[i].job == j) dk->slot[i].job = NULL;
+    pthread_mutex_unlock(&dk->mu);
+    if (j->res == GM_OK && j->kind == GM__J_READ_MEM && dk->checksum) j->crc = gm__crc32c(0, j->mem, j->bytes);
+    bad = j->res == GM_OK && (j->kind == GM__J_READ_MEM || j->kind == GM__J_READ_DEV) && dk->checksum && j->crc != j->want;
+    pthread_mutex_lock(&dk->mu);
+    if (bad) {
+        dk->crc_fail++;
+        j->res = GM_ERR_CHECKSUM;
+    }
+    if (j->res == GM_OK) {
+        int w = j->kind == GM__J_WRITE_MEM || j->kind == GM__J_WRITE_DEV;
+        *(w ? &dk->bytes_w : &dk->bytes_r) += (int64_t)j->bytes;
+        *(w ? &dk->ns_w : &dk->ns_r) += (int64_t)(gm__now_ns() - j->t0);
+    } else {
+        dk->errors++;
+    }
+    for (pp = &dk->jobs; *pp != j; pp = &(*pp)->next) {}
+    *pp = j->next;
+    dk->njobs--;
+    j->done = 1;
+    if (!j->sync) {
+        j->next = dk->done;
+        dk->done = j;
+        __atomic_add_fetch(&dk->ndone, 1, __ATOMIC_RELEASE);
+    }
+    pthread_cond_broadcast(&dk->done_cv);
+    pthread_mutex_unlock(&dk->mu);
+}
+
+/* The engine: pumps the jobs (urgent ones come first in the list), reaps
+   completions, finishes the jobs that are over, and sleeps on the I/O in
+   flight, on a gate or a staging copy, or until there is work. */
+static void* gm__disk_engine(void* arg) {
+    gm__disk* dk = (gm__disk*)arg;
+    gm_context* ctx = dk->ctx;
+    pthread_mutex_lock(&dk->mu);
+    for (;;) {
+        gm__job **pp, *j;
+        int did = 0, stuck = 0, k, res;
+        void* sleep_on = NULL;
+        for (j = dk->jobs; j; j = j->next) {
+            int st = 0;
+            if (j->finishing) continue;
+            did |= gm__job_pump(ctx, dk, j, &st);
+            if (st && !sleep_on) {
+                stuck = 1;
+                if (st == 1) {
+                    sleep_on = j->gate[0] && ctx->be->event_query(ctx, j->gate[0]) == GM_NOT_READY ? j->gate[0] : j->gate[1];
+                } else {
+                    int i;
+                    for (i = 0; i < dk->depth && !sleep_on; i++)
+                        if (dk->slot[i].ev_pending && (dk->slot[i].job == j || !dk->slot[i].job)) sleep_on = dk->slot[i].ev;
+                }
+            }
+        }
+        while (dk->inflight) { /* completions that are there already */
+            gm__dio_wait(dk, 1, 0, &k, &res);
+            if (k == -1) break;
+            gm__dio_complete(ctx, dk, k, res);
+            did = 1;
+        }
+        for (pp = &dk->jobs; (j = *pp) != NULL && !gm__job_over(j); pp = &j->next) {}
+        if (j) { /* one job over: finished without the lock (it stays listed until done), then around again */
+            j->finishing = 1;
+            pthread_mutex_unlock(&dk->mu);
+            gm__job_finish(dk, j);
+            pthread_mutex_lock(&dk->mu);
+            continue;
+        }
+        if (did) continue;
+        if (dk->stop && !dk->jobs && !dk->inflight) break;
+        if (dk->inflight && dk->uring) { /* sleep on I/O; briefly when a gate or a copy may open meanwhile */
+            pthread_mutex_unlock(&dk->mu);
+            gm__dio_wait(dk, 0, stuck ? 200 : 0, &k, &res);
+            pthread_mutex_lock(&dk->mu);
+            if (k != -1) gm__dio_complete(ctx, dk, k, res);
+        } else if (sleep_on) {
+            pthread_mutex_unlock(&dk->mu);
+            if (ctx->be->event_sync(ctx, sleep_on) != GM_OK) ctx->be->device_sync(ctx);
+            pthread_mutex_lock(&dk->mu);
+        } else if (stuck) { /* nothing to sleep on: a moment */
+            pthread_mutex_unlock(&dk->mu);
+            gm__sleep_until_ns(gm__now_ns() + 50000);
+            pthread_mutex_lock(&dk->mu);
+        } else {
+            pthread_cond_wait(&dk->cv, &dk->mu);
+        }
+    }
+    pthread_mutex_unlock(&dk->mu);
+    return NULL;
+}
+
+/* A new job for the engine (the manager's, with its lock): urgent ones go
+   after the urgent ones already queued, the others at the end. */
+static gm__job* gm__job_new(gm__disk* dk, int kind, uint64_t off, size_t bytes) {
+    gm__job* j = (gm__job*)gm__calloc(sizeof *j);
+    if (!j) return NULL;
+    if ((kind == GM__J_WRITE_DEV || kind == GM__J_READ_DEV) &&
+        !(j->fifo = (int*)GPUMEM_MALLOC((size_t)dk->depth * sizeof *j->fifo))) {
+        GPUMEM_FREE(j);
+        return NULL;
+    }
+    j->kind = kind;
+    j->off = off;
+    j->bytes = bytes;
+    j->n = (bytes + dk->chunk - 1) / dk->chunk;
+    j->buf_index = -1;
+    j->ti = UINT32_MAX;
+    return j;
+}
+
+static void gm__job_submit(gm__disk* dk, gm__job* j, int urgent) {
+    gm__job** pp;
+    pthread_mutex_lock(&dk->mu);
+    j->urgent = urgent;
+    if (j->mem) j->buf_index = dk->fixed_buf ? gm__disk_bufidx(dk, j->mem, j->bytes) : -1;
+    for (pp = &dk->jobs; *pp && (!urgent || (*pp)->urgent); pp = &(*pp)->next) {}
+    j->next = *pp;
+    *pp = j;
+    dk->njobs++;
+    pthread_cond_signal(&dk->cv);
+    pthread_mutex_unlock(&dk->mu);
+}
+
+/* A job a caller now waits for goes first (if not started) and is waited
+   for; it is then in dk->done for the manager to apply. */
+static void gm__job_wait(gm__disk* dk, gm__job* j) {
+    pthread_mutex_lock(&dk->mu);
+    if (!j->urgent && !j->done) {
+        gm__job** pp;
+        for (pp = &dk->jobs; *pp && *pp != j; pp = &(*pp)->next) {}
+        if (*pp) {
+            *pp = j->next;
+            j->urgent = 1;
+            for (pp = &dk->jobs; *pp && (*pp)->urgent; pp = &(*pp)->next) {}
+            j->next = *pp;
+            *pp = j;
+        }
+        pthread_cond_signal(&dk->cv);
+    }
+    while (!j->done) pthread_cond_wait(&dk->done_cv, &dk->mu);
+    pthread_mutex_unlock(&dk->mu);
+}
+
+/* Jobs done, taken off the done list (oldest first), for the manager. */
+static gm__job* gm__jobs_done(gm__disk* dk) {
+    gm__job *j, *rev = NULL;
+    if (!__atomic_load_n(&dk->ndone, __ATOMIC_ACQUIRE)) return NULL;
+    pthread_mutex_lock(&dk->mu);
+    j = dk->done;
+    dk->done = NULL;
+    __atomic_store_n(&dk->ndone, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&dk->mu);
+    while (j) { /* the list is newest first */
+        gm__job* n = j->next;
+        j->next = rev;
+        rev = j;
+        j = n;
+    }
+    return rev;
+}
+
+/* Takes one finished job off the done list (it must be there), for the
+   manager to apply it alone. */
+static void gm__job_take(gm__disk* dk, gm__job* j) {
+    gm__job** pp;
+    pthread_mutex_lock(&dk->mu);
+    for (pp = &dk->done; *pp != j; pp = &(*pp)->next) {}
+    *pp = j->next;
+    __atomic_sub_fetch(&dk->ndone, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&dk->mu);
+    j->next = NULL;
+}
+
+static void gm__job_free(gm__job* j) {
+    GPUMEM_FREE(j->fifo);
+    GPUMEM_FREE(j);
+}
+
+/* Runs a staged job (device memory and the file) and waits for it: what
+   the manager does when no host memory can carry the bytes. */
+static gm_result gm__disk_staged(gm__disk* dk, int kind, uint64_t off, void* dev, size_t bytes,
+                                 gm_copy_kind ckind, gm_stream copy, uint32_t* crc) {
+    gm__job* j = gm__job_new(dk, kind, off, bytes);
+    gm_result r;
+    if (!j) return GM_ERR_HOST_OUT_OF_MEMORY;
+    j->dev = dev;
+    j->ckind = ckind;
+    j->copy = copy;
+    j->want = *crc;
+    j->sync = 1;
+    gm__job_submit(dk, j, 1);
+    gm__job_wait(dk, j);
+    r = j->res;
+    if (r == GM_OK && kind == GM__J_WRITE_DEV) *crc = j->crc;
+    gm__job_free(j);
+    return r;
+}
+
 static void gm__disk_close(gm_context* ctx) {
     gm__disk* dk = (gm__disk*)ctx->disk;
     int i;
     if (!dk) return;
+    if (dk->running) {
+        pthread_mutex_lock(&dk->mu);
+        dk->stop = 1;
+        pthread_cond_signal(&dk->cv);
+        pthread_mutex_unlock(&dk->mu);
+        pthread_join(dk->th, NULL);
+    }
+    while (dk->done) {
+        gm__job* j = dk->done;
+        dk->done = j->next;
+        gm__job_free(j);
+    }
 #ifdef GPUMEM_URING
     if (dk->uring) io_uring_queue_exit(&dk->ring);
 #endif
@@ -5017,6 +5678,9 @@ static void gm__disk_close(gm_context* ctx) {
     if (dk->staging) gm__pinned_free(ctx, dk->staging, dk->chunk * (size_t)dk->depth);
     if (dk->fd >= 0) close(dk->fd);
     gm__arena_destroy(&dk->ar);
+    pthread_cond_destroy(&dk->cv);
+    pthread_cond_destroy(&dk->done_cv);
+    pthread_mutex_destroy(&dk->mu);
     GPUMEM_FREE(dk->slot);
     GPUMEM_FREE(dk->pend);
     GPUMEM_FREE(dk);
@@ -5033,7 +5697,11 @@ static gm_result gm__disk_open(gm_context* ctx) {
     dk = (gm__disk*)gm__calloc(sizeof *dk);
     if (!dk) return GM_ERR_HOST_OUT_OF_MEMORY;
     ctx->disk = dk;
+    dk->ctx = ctx;
     dk->fd = -1;
+    pthread_mutex_init(&dk->mu, NULL);
+    pthread_cond_init(&dk->cv, NULL);
+    pthread_cond_init(&dk->done_cv, NULL);
     if (d->disk_dir != ctx->disk_dir) { /* keep the path: the caller's string may go */
         if (strlen(d->disk_dir) >= GM__PATH) {
             gm__log(ctx, GM_LOG_ERROR, "disk: the spill directory's path is too long");
@@ -5093,6 +5761,12 @@ static gm_result gm__disk_open(gm_context* ctx) {
     if (d->disk_io == GM_DISK_IO_URING)
         gm__log(ctx, GM_LOG_WARN, "disk: io_uring was not built (define GPUMEM_URING, link -luring): using pread/pwrite");
 #endif
+    if (pthread_create(&dk->th, NULL, gm__disk_engine, dk) != 0) {
+        gm__log(ctx, GM_LOG_ERROR, "disk: cannot start the I/O thread");
+        gm__disk_close(ctx);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    dk->running = 1;
     gm__log(ctx, GM_LOG_INFO, "disk: spill file in %s, %s%s, %s, %d x %zu-byte chunks, alignment %zu, budget %zu",
             d->disk_dir, dk->uring ? "io_uring" : "pread/pwrite",
 #ifdef GPUMEM_URING
@@ -5125,260 +5799,12 @@ static gm__block* gm__disk_alloc(gm_context* ctx, gm__disk* dk, size_t bytes) {
     size_t n = gm__round_up(bytes ? bytes : 1, dk->align);
     gm__block* b = gm__pool_take(ctx, &dk->ar, &dk->reserved, dk->budget, GM__DISK_GROW, n, gm__disk_grow, dk);
     if (!b)
-        gm__log(ctx, GM_LOG_WARN, "disk: no room for %zu bytes in the spill file (%zu reserved, budget %zu)", n,
+        gm__log(ctx, GM_LOG_INFO, "disk: no room for %zu bytes in the spill file (%zu reserved, budget %zu)", n,
                 dk->reserved, dk->budget);
     return b;
 }
 
 static uint64_t gm__disk_off(const gm__disk* dk, const gm__block* b) { return (uint64_t)(b->addr - dk->align); }
-
-/* Starts slot k's I/O for the rest of its chunk (a fault may cut it to half). */
-static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
-    gm__dslot* sl = &dk->slot[k];
-    size_t len = sl->len - sl->done;
-    char* mem = sl->mem + sl->done;
-    uint64_t off = sl->off + sl->done;
-    if (len > dk->align && gm__disk_fault(ctx, GM_SIM_FAULT_DISK_SHORT, len)) len = gm__round_up(len / 2, dk->align);
-    dk->inflight++;
-    dk->ios++;
-    dk->depth_sum += dk->uring ? dk->inflight : 1; /* pread/pwrite: one at a time */
-#ifdef GPUMEM_URING
-    if (dk->uring) {
-        struct io_uring_sqe* sqe = io_uring_get_sqe(&dk->ring);
-        int fd = dk->fixed_file ? 0 : dk->fd, e;
-        int fixed = dk->fixed_buf && mem >= dk->staging && mem < dk->staging + dk->chunk * (size_t)dk->depth;
-        if (!sqe) { /* the ring holds twice the depth: cannot happen, but never hang */
-            dk->inflight--;
-            return GM_ERR_INTERNAL;
-        }
-        if (sl->write && fixed) io_uring_prep_write_fixed(sqe, fd, mem, (unsigned)len, off, 0);
-        else if (sl->write) io_uring_prep_write(sqe, fd, mem, (unsigned)len, off);
-        else if (fixed) io_uring_prep_read_fixed(sqe, fd, mem, (unsigned)len, off, 0);
-        else io_uring_prep_read(sqe, fd, mem, (unsigned)len, off);
-        if (dk->fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
-        io_uring_sqe_set_data(sqe, (void*)(uintptr_t)k);
-        do e = io_uring_submit(&dk->ring);
-        while (e == -EINTR || e == -EAGAIN);
-        if (e < 0) {
-            dk->inflight--;
-            gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_submit: %s", strerror(-e));
-            return GM_ERR_IO;
-        }
-        return GM_OK;
-    }
-#endif
-    { /* pread/pwrite: done now, reaped later */
-        ssize_t res;
-        do res = sl->write ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
-        while (res < 0 && errno == EINTR);
-        int at = (dk->pend_head + dk->npend++) % dk->depth;
-        GPUMEM_ASSERT(dk->npend <= dk->depth);
-        dk->pend[2 * at] = k;
-        dk->pend[2 * at + 1] = res < 0 ? -errno : (int)res;
-    }
-    return GM_OK;
-}
-
-/* Waits for one I/O to complete: its slot and result (bytes, or -errno). */
-static void gm__dio_reap(gm_context* ctx, gm__disk* dk, int* k, int* res) {
-    gm__dslot* sl;
-#ifdef GPUMEM_URING
-    if (dk->uring) {
-        struct io_uring_cqe* cqe = NULL;
-        int e;
-        do e = io_uring_wait_cqe(&dk->ring, &cqe);
-        while (e == -EINTR || e == -EAGAIN);
-        if (e < 0 || !cqe) { /* the ring itself broke: count the I/O lost, refuse the rest */
-            gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_wait_cqe: %s; the disk tier stops", strerror(-e));
-            dk->broken = 1;
-            dk->inflight--;
-            *k = -1;
-            *res = -EIO;
-            return;
-        }
-        *k = (int)(uintptr_t)io_uring_cqe_get_data(cqe);
-        *res = cqe->res;
-        io_uring_cqe_seen(&dk->ring, cqe);
-    } else
-#endif
-    {
-        GPUMEM_ASSERT(dk->npend > 0);
-        *k = dk->pend[2 * dk->pend_head];
-        *res = dk->pend[2 * dk->pend_head + 1];
-        dk->pend_head = (dk->pend_head + 1) % dk->depth;
-        dk->npend--;
-    }
-    dk->inflight--;
-    sl = &dk->slot[*k];
-    if (*res >= 0 && gm__disk_fault(ctx, sl->write ? GM_SIM_FAULT_DISK_WRITE : GM_SIM_FAULT_DISK_READ, sl->len))
-        *res = -EIO;
-    if (*res >= 0 && sl->write && gm__disk_fault(ctx, GM_SIM_FAULT_DISK_FULL, sl->len)) *res = -ENOSPC;
-}
-
-/* Reaps one I/O: a whole one marks its slot done, a short one goes again
-   for the rest, an error (or no progress) becomes *err. Returns the slot. */
-static int gm__dio_step(gm_context* ctx, gm__disk* dk, gm_result* err) {
-    int k, res;
-    gm__dslot* sl;
-    gm__dio_reap(ctx, dk, &k, &res);
-    if (k < 0) {
-        if (*err == GM_OK) *err = GM_ERR_IO;
-        return -1;
-    }
-    sl = &dk->slot[k];
-    if (res > 0 && sl->done + (size_t)res < sl->len && *err == GM_OK) {
-        sl->done += (size_t)res;
-        if (gm__dio_submit(ctx, dk, k) == GM_OK) return -1;
-        res = -EIO;
-    }
-    if (res <= 0) {
-        if (*err == GM_OK) {
-            *err = res == -ENOSPC || res == -EDQUOT ? GM_ERR_DISK_FULL : GM_ERR_IO;
-            gm__log(ctx, GM_LOG_ERROR, "disk: %s of %zu bytes at offset %llu of the spill file in %s failed: %s",
-                    sl->write ? "write" : "read", sl->len, (unsigned long long)sl->off, ctx->disk_dir,
-                    res ? strerror(-res) : "no progress");
-        }
-    } else {
-        sl->done = sl->len;
-        sl->io_done = 1;
-    }
-    return k;
-}
-
-/* Bytes of chunk i of a transfer of `bytes`. */
-static size_t gm__chunk_len(const gm__disk* dk, size_t bytes, size_t i) {
-    size_t at = i * dk->chunk;
-    return bytes - at < dk->chunk ? bytes - at : dk->chunk;
-}
-
-/* The end of a transfer: the slots are free for the next, the figures
-   counted. */
-static gm_result gm__disk_done(gm__disk* dk, gm_result err, size_t bytes, uint64_t t0, int64_t* moved, int64_t* ns) {
-    int i;
-    for (i = 0; i < dk->depth; i++) dk->slot[i].busy = dk->slot[i].io_done = 0;
-    if (err == GM_OK) {
-        *moved += (int64_t)bytes;
-        *ns += (int64_t)(gm__now_ns() - t0);
-    } else {
-        dk->errors++;
-    }
-    return err;
-}
-
-static void gm__dslot_start(gm__dslot* sl, int write, char* mem, uint64_t off, size_t len) {
-    sl->busy = 1;
-    sl->io_done = 0;
-    sl->write = write;
-    sl->mem = mem;
-    sl->off = off;
-    sl->len = len;
-    sl->done = 0;
-}
-
-/* Writes `bytes` from src to the extent at file offset `off`; the CRC32C
-   of the bytes goes to *crc. src_dev: device memory, staged through the
-   slots by copies on `copy` (which must already wait for the writers of
-   src); else host memory, written in place when aligned. The device-to-
-   staging copies, the CRC and the disk writes overlap. */
-static gm_result gm__disk_write(gm_context* ctx, gm__disk* dk, uint64_t off, const void* src, size_t bytes, int src_dev,
-                                gm_stream copy, uint32_t* crc) {
-    size_t n = (bytes + dk->chunk - 1) / dk->chunk, staged = 0, sent = 0, finished = 0;
-    int in_place = !src_dev && ((uintptr_t)src % dk->align) == 0;
-    uint64_t t0 = gm__now_ns();
-    gm_result err = dk->broken ? GM_ERR_IO : GM_OK;
-    *crc = 0;
-    while (err == GM_OK ? finished < n : dk->inflight > 0) {
-        /* stage: queue the copies of the next chunks into free slots */
-        while (err == GM_OK && staged < n && !dk->slot[staged % (size_t)dk->depth].busy) {
-            gm__dslot* sl = &dk->slot[staged % (size_t)dk->depth];
-            size_t at = staged * dk->chunk, len = gm__chunk_len(dk, bytes, staged);
-            char* mem = sl->buf;
-            if (src_dev) { /* a copy out of the slot (a read's, on another stream) goes first */
-                if (sl->ev_pending) err = ctx->be->stream_wait_event(ctx, copy, sl->ev);
-                if (err == GM_OK)
-                    err = ctx->be->copy(ctx, sl->buf, (const char*)src + at, len, GM_COPY_DEVICE_TO_HOST, copy);
-                if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, copy);
-                sl->ev_pending = err == GM_OK; /* until the copy is seen done */
-            } else if (in_place) {
-                mem = (char*)src + at;
-            } else {
-                if (sl->ev_pending) err = ctx->be->event_sync(ctx, sl->ev); /* a copy out may still read it */
-                sl->ev_pending = 0;
-                if (err == GM_OK) memcpy(sl->buf, (const char*)src + at, len);
-            }
-            gm__dslot_start(sl, 1, mem, off + at, gm__round_up(len, dk->align));
-            staged++;
-        }
-        /* send: in order, once staged, with the CRC of the chunk */
-        while (err == GM_OK && sent < staged) {
-            gm__dslot* sl = &dk->slot[sent % (size_t)dk->depth];
-            size_t len = gm__chunk_len(dk, bytes, sent);
-            if (src_dev) {
-                if (dk->inflight > 0 && ctx->be->event_query(ctx, sl->ev) == GM_NOT_READY) break;
-                err = ctx->be->event_sync(ctx, sl->ev);
-                if (err != GM_OK) break;
-                sl->ev_pending = 0;
-            }
-            if (dk->checksum) *crc = gm__crc32c(*crc, sl->mem, len);
-            err = gm__dio_submit(ctx, dk, (int)(sent % (size_t)dk->depth));
-            sent++;
-        }
-        if (dk->inflight > 0) {
-            int k = gm__dio_step(ctx, dk, &err);
-            if (k >= 0) {
-                dk->slot[k].busy = 0;
-                finished++;
-            }
-        } else if (err != GM_OK) {
-            break;
-        }
-    }
-    return gm__disk_done(dk, err, bytes, t0, &dk->bytes_w, &dk->ns_w);
-}
-
-/* Reads `bytes` of the extent at `off` into dst (device memory, or managed
-   memory with kind GM_COPY_DEFAULT) through the slots: reads in
-   flight while the chunks before them are checked and copied out on
-   `copy`, in order. GM_ERR_CHECKSUM when `want` does not match (when
-   checking); dst then holds the bad bytes, the extent is unchanged. */
-static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void* dst, size_t bytes, gm_copy_kind kind,
-                               gm_stream copy, uint32_t want) {
-    size_t n = (bytes + dk->chunk - 1) / dk->chunk, sent = 0, out = 0;
-    uint64_t t0 = gm__now_ns();
-    uint32_t crc = 0;
-    gm_result err = dk->broken ? GM_ERR_IO : GM_OK;
-    while (err == GM_OK ? out < n : dk->inflight > 0) {
-        while (err == GM_OK && sent < n && !dk->slot[sent % (size_t)dk->depth].busy) {
-            gm__dslot* sl = &dk->slot[sent % (size_t)dk->depth];
-            size_t at = sent * dk->chunk, len = gm__chunk_len(dk, bytes, sent);
-            if (sl->ev_pending) { /* its last copy out may still read it */
-                err = ctx->be->event_sync(ctx, sl->ev);
-                if (err != GM_OK) break;
-                sl->ev_pending = 0;
-            }
-            gm__dslot_start(sl, 0, sl->buf, off + at, gm__round_up(len, dk->align));
-            err = gm__dio_submit(ctx, dk, (int)(sent % (size_t)dk->depth));
-            sent++;
-        }
-        while (err == GM_OK && out < sent && dk->slot[out % (size_t)dk->depth].io_done) {
-            gm__dslot* sl = &dk->slot[out % (size_t)dk->depth];
-            size_t at = out * dk->chunk, len = gm__chunk_len(dk, bytes, out);
-            if (dk->checksum) crc = gm__crc32c(crc, sl->buf, len);
-            err = ctx->be->copy(ctx, (char*)dst + at, sl->buf, len, kind, copy);
-            if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, copy);
-            if (err == GM_OK) sl->ev_pending = 1;
-            sl->busy = sl->io_done = 0;
-            out++;
-        }
-        if (dk->inflight > 0) (void)gm__dio_step(ctx, dk, &err);
-        else if (err != GM_OK) break;
-    }
-    if (err == GM_OK && dk->checksum && crc != want) {
-        dk->crc_fail++;
-        err = GM_ERR_CHECKSUM;
-    }
-    return gm__disk_done(dk, err, bytes, t0, &dk->bytes_r, &dk->ns_r);
-}
 
 /* >>tier ------------------------------------------------------------------
    The tiered manager. A tensor's bytes live in at least one tier at all
@@ -5399,6 +5825,11 @@ static gm_result gm__disk_read(gm_context* ctx, gm__disk* dk, uint64_t off, void
      up only after that: a failed transfer leaves the tensor where it was;
    - disk_valid with blank: the tensor was created on disk and never
      written, so there are no bytes to read back;
+   - the disk's I/O runs in its engine (>>disk) as jobs: a job in flight
+     owns the host block and the extent it moves bytes between; a tensor
+     that lets go of them meanwhile (written, destroyed) leaves them to the
+     job, which frees them when it is applied; finished jobs are applied
+     (tm->mu) at the start of every call;
    - when the host tier is full, host copies make room: first those that
      another tier also holds (dropped), then the coldest others (written to
      disk, then dropped);
@@ -5449,6 +5880,10 @@ typedef struct gm__tensor {
     gm__block* disk;        /* extent in the spill file, or NULL */
     int disk_valid, blank;
     uint32_t crc;           /* CRC32C of the bytes on disk */
+    gm__job* job;           /* disk I/O in flight: the host copy (or the device copy, through
+                               staging) being written to `disk` (not yet disk_valid), or `disk`
+                               being read into `host` (not yet host_valid); what it moves
+                               stays the job's until it is applied */
     uint32_t done_tk;       /* the track of the last release, and its mark (0: none yet) */
     uint64_t done_seq;
     uint64_t ready_seq;     /* in: the device copy is whole (its copy in, or its allocation) */
@@ -5473,6 +5908,7 @@ typedef struct gm__tier {
     gm__arena host;         /* the pinned pool: segments from host_alloc */
     size_t host_reserved;   /* pinned bytes held: the pool's segments */
     size_t host_used;       /* bytes of the pool's blocks held by tensors */
+    size_t host_jobs;       /* and by disk jobs whose tensor let go of them */
     size_t host_peak;       /* the most host_used in this window */
     uint64_t host_window;   /* tier clock when the window began */
     gm_tier_stats st;
@@ -5489,6 +5925,8 @@ typedef struct gm__tier {
     uint32_t *rec, nrec, caprec;
     uint32_t *plan, nplan;
     uint32_t *use_first, *use_at, nuse_first;
+    uint8_t* leaves;        /* per use (as use_at): Belady's order, with the device and host
+                               budgets as one cache, evicts the tensor before its next use */
     uint32_t pos;           /* acquires so far in this step */
     uint64_t evict_after;   /* while prefetching: only victims used later */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
@@ -5654,6 +6092,7 @@ static gm_result gm__tk_of(gm_context* ctx, gm__tier* tm, gm_stream s, uint32_t*
 #define GM__HOST_WINDOW 1024
 #define GM__NEVER ((uint64_t)1 << 62)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
+static int gm__leaves(const gm__tier* tm, uint32_t i);
 
 #define GM__LRU(tm, k) (&(tm)->t[(k) - 1])
 static uint32_t gm__lru_key(gm__tier* tm, gm__tensor* x) { return (uint32_t)(x - tm->t) + 1; }
@@ -5704,6 +6143,7 @@ static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
         return 0;
     }
     tm->host_reserved += bytes;
+    gm__disk_register(ctx, p, bytes, 1); /* reads and writes of the disk tier go straight to it */
     return 1;
 }
 
@@ -5731,6 +6171,7 @@ static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
             continue;
         held -= n;
         gm__arena_drop(&tm->host, sg);
+        gm__disk_register(ctx, base, n, 0);
         gm__pinned_free(ctx, base, n);
         tm->host_reserved -= n;
         gm__log(ctx, GM_LOG_DEBUG, "tier: host pool gives back %zu bytes (peak use %zu of the last %d operations)", n,
@@ -5824,31 +6265,219 @@ static gm_result gm__copy_out(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return GM_OK;
 }
 
-/* Writes x to a new extent of the spill file, from its host copy when it
-   has one (once whole), else from the device through the staging slots
-   (copies on `out`). On failure the extent goes back and x is unchanged. */
+/* >>tier: the disk's jobs. A gate is an event recorded now on a copy
+   stream, so it covers mark seq there (and what was queued after it); NULL
+   when seq is done already (or, with no event to be had, once the host
+   waited for it). */
+static void* gm__gate_on(gm_context* ctx, gm__tier* tm, uint32_t ti, uint64_t seq) {
+    void* ev;
+    if (!seq || gm__tk_done(ctx, tm, ti, seq)) return NULL;
+    ev = gm__tev_get(ctx, tm);
+    if (ev && ctx->be->event_record(ctx, ev, tm->tk[ti].s) == GM_OK) return ev;
+    if (ev) gm__tev_put(ctx, tm, ev);
+    gm__tk_sync(ctx, tm, ti, seq);
+    return NULL;
+}
+
+/* A finished job takes effect: the tensor gains the copy it made, or keeps
+   what it had when the job failed; a job whose tensor let go frees what it
+   held. */
+static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__tensor* x = j->ti != UINT32_MAX ? &tm->t[j->ti] : NULL;
+    int g;
+    for (g = 0; g < 2; g++)
+        if (j->gate[g]) gm__tev_put(ctx, tm, j->gate[g]);
+    if (!x) {
+        if (j->ext) gm__arena_give(&dk->ar, j->ext);
+        if (j->hb) {
+            tm->host_jobs -= j->hb->size;
+            gm__arena_give(&tm->host, j->hb);
+            gm__host_trim(ctx, tm);
+        }
+        gm__job_free(j);
+        return;
+    }
+    GPUMEM_ASSERT(x->job == j && x->live);
+    x->job = NULL;
+    gm__tier_count(tm, x, -1);
+    if (j->kind == GM__J_WRITE_MEM || j->kind == GM__J_WRITE_DEV) {
+        if (j->res == GM_OK) {
+            x->disk_valid = 1;
+            x->crc = j->crc;
+            tm->st.bytes_to_disk += (int64_t)x->bytes;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) written to disk behind", gm__handle_id(tm, x), x->bytes);
+        } else {
+            gm__arena_give(&dk->ar, x->disk);
+            x->disk = NULL;
+            gm__log(ctx, GM_LOG_WARN, "tier: writing tensor %#x (%zu bytes) to disk failed (%s); it stays in the %s tier",
+                    gm__handle_id(tm, x), x->bytes, gm_result_string(j->res), x->dev ? "device" : "host");
+        }
+    } else {
+        if (j->res == GM_OK) {
+            x->host_valid = 1;
+            tm->st.bytes_from_disk += (int64_t)x->bytes;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) read from disk into the host tier", gm__handle_id(tm, x),
+                    x->bytes);
+        } else {
+            tm->host_used -= x->host->size;
+            gm__arena_give(&tm->host, x->host);
+            x->host = NULL;
+            gm__log(ctx, j->res == GM_ERR_CHECKSUM ? GM_LOG_ERROR : GM_LOG_WARN, "tier: reading tensor %#x (%zu bytes) "
+                    "from disk failed (%s); it stays on disk", gm__handle_id(tm, x), x->bytes,
+                    j->res == GM_ERR_CHECKSUM ? "its checksum differs" : gm_result_string(j->res));
+        }
+    }
+    gm__tier_count(tm, x, 1);
+    gm__job_free(j);
+}
+
+/* Applies every job the engine finished. */
+static void gm__io_reap(gm_context* ctx, gm__tier* tm) {
+    gm__job* j = ctx->disk ? gm__jobs_done((gm__disk*)ctx->disk) : NULL;
+    while (j) {
+        gm__job* n = j->next;
+        gm__job_apply(ctx, tm, j);
+        j = n;
+    }
+}
+
+/* Waits for x's job (first in line from now) and applies it, and only it:
+   the caller may hold other tensors out of the byte counts (the other
+   finished jobs wait for the next call); returns the job's result. */
+static gm_result gm__io_wait(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__job* j = x->job;
+    gm_result r;
+    if (!j) return GM_OK;
+    gm__job_wait((gm__disk*)ctx->disk, j);
+    gm__job_take((gm__disk*)ctx->disk, j);
+    r = j->res;
+    gm__job_apply(ctx, tm, j);
+    return r;
+}
+
+/* x lets go of its job's host block and extent (written, or destroyed):
+   they are the job's until it is applied. */
+static void gm__job_detach(gm__tier* tm, gm__tensor* x) {
+    gm__job* j = x->job;
+    if (!j) return;
+    gm__tier_count(tm, x, -1);
+    j->ti = UINT32_MAX;
+    j->ext = x->disk;
+    j->hb = x->host;
+    if (x->host) {
+        tm->host_used -= x->host->size;
+        tm->host_jobs += x->host->size;
+    }
+    x->host = NULL;
+    x->host_valid = 0;
+    x->disk = NULL;
+    x->disk_valid = x->blank = 0;
+    x->job = NULL;
+    gm__tier_count(tm, x, 1);
+}
+
+/* Starts writing x's host copy (once whole) to a new extent; x keeps its
+   host copy meanwhile, and the disk copy counts once the write is applied.
+   GM_ERR_DISK_FULL without room in the file. */
+static gm_result gm__disk_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__block* e;
+    gm__job* j;
+    if (!dk || x->job || !x->host_valid || x->disk_valid) return GM_OK;
+    if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
+    if (!(j = gm__job_new(dk, GM__J_WRITE_MEM, gm__disk_off(dk, e), x->bytes))) {
+        gm__arena_give(&dk->ar, e);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    j->mem = (char*)x->host->addr;
+    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_OUT, x->out_seq); /* the copy that fills it */
+    j->ti = (uint32_t)(x - tm->t);
+    j->gen = x->gen;
+    x->disk = e;
+    x->job = j;
+    gm__job_submit(dk, j, 0);
+    return GM_OK;
+}
+
+/* Starts writing x's device copy to a new extent through the staging slots
+   (copies on `out`, after its last use), holding no host room: for a
+   written tensor that Belady's order sends to disk anyway. x stays on the
+   device, and must not be written or freed until the job is applied
+   (acquire, eviction and destroy wait for it). */
+static gm_result gm__dev_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__block* e;
+    gm__job* j;
+    if (!dk || x->job || !x->dev || x->host_valid || x->disk_valid || x->acquired) return GM_OK;
+    if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
+    if (!(j = gm__job_new(dk, GM__J_WRITE_DEV, gm__disk_off(dk, e), x->bytes))) {
+        gm__arena_give(&dk->ar, e);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    j->dev = x->dev;
+    j->copy = GM__OUT(tm);
+    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm));
+    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
+    j->ti = (uint32_t)(x - tm->t);
+    j->gen = x->gen;
+    x->disk = e;
+    x->job = j;
+    gm__job_submit(dk, j, 0);
+    return GM_OK;
+}
+
+/* Starts reading x (on disk only) into host block hb, which x holds from
+   now; its host copy counts once the read is applied. */
+static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm__block* hb, int urgent) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__job* j = gm__job_new(dk, GM__J_READ_MEM, gm__disk_off(dk, x->disk), x->bytes);
+    if (!j) {
+        tm->host_used -= hb->size;
+        gm__arena_give(&tm->host, hb);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    j->mem = (char*)hb->addr;
+    j->want = x->crc;
+    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_IN, hb->ord[0]); /* the copies that last used the block */
+    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_OUT, hb->ord[1]);
+    j->ti = (uint32_t)(x - tm->t);
+    j->gen = x->gen;
+    x->host = hb;
+    x->job = j;
+    gm__job_submit(dk, j, urgent);
+    return GM_OK;
+}
+
+/* Writes x to a new extent of the spill file and waits: from its host copy
+   when it has one (once whole), else from the device through the staging
+   slots (copies on `out`). On failure the extent goes back and x is
+   unchanged. */
 static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__block* e;
     gm_result r;
     uint32_t crc = 0;
+    if (x->job) (void)gm__io_wait(ctx, tm, x); /* a write under way may do */
     if (x->disk_valid) return GM_OK;
     if (!dk) return GM_ERR_UNSUPPORTED;
     if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
+    if (x->host_valid) {
+        r = gm__disk_behind(ctx, tm, x);
+        if (r == GM_OK) r = gm__io_wait(ctx, tm, x);
+        return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
+    }
     e = gm__disk_alloc(ctx, dk, x->bytes);
     if (!e) return GM_ERR_DISK_FULL;
-    if (x->host_valid) {
-        gm__tk_sync(ctx, tm, GM__TK_OUT, x->out_seq); /* the host copy must be whole first */
-        r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), (void*)x->host->addr, x->bytes, 0, GM__OUT(tm), &crc);
-    } else {
-        gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
-        r = gm__disk_write(ctx, dk, gm__disk_off(dk, e), x->dev, x->bytes, 1, GM__OUT(tm), &crc);
-        if (r == GM_OK) x->out_seq = gm__tk_mark(ctx, tm, GM__TK_OUT); /* done: every slot's copy was waited for */
-    }
+    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm));
+    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
+    r = gm__disk_staged(dk, GM__J_WRITE_DEV, gm__disk_off(dk, e), x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST,
+                        GM__OUT(tm), &crc);
+    if (r == GM_OK) x->out_seq = gm__tk_mark(ctx, tm, GM__TK_OUT); /* done: every staging copy was waited for */
     if (r != GM_OK) {
         gm__arena_give(&dk->ar, e);
-        gm__log(ctx, GM_LOG_WARN, "tier: writing tensor %#x (%zu bytes) to disk failed (%s); it stays in the %s tier",
-                gm__handle_id(tm, x), x->bytes, gm_result_string(r), x->host_valid ? "host" : "device");
+        gm__log(ctx, GM_LOG_WARN, "tier: writing tensor %#x (%zu bytes) to disk failed (%s); it stays on the device",
+                gm__handle_id(tm, x), x->bytes, gm_result_string(r));
         return r;
     }
     gm__tier_count(tm, x, -1);
@@ -5860,12 +6489,15 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return GM_OK;
 }
 
-/* The host copy to give up for room: one another tier also holds (free),
-   else, when it can be written to disk, the coldest: lowest priority, then
-   used farthest ahead (learned) or least recently (else). Never that of an
-   acquired tensor: bringing it in may be reading its host copy (and it is
-   out of the byte counts meanwhile). */
-static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int can_write) {
+/* A host copy to give up for room, cheapest first: one the device also
+   holds (free), then one on disk too (a read if it is wanted again), then,
+   with can_write, one that must first be written to disk; within each,
+   lowest priority first, then used farthest ahead (learned) or least
+   recently (else). With `after` (learned), only copies used later than that
+   many acquires from now. Never that of an acquired tensor (bringing it in
+   may be reading its host copy, and it is out of the byte counts
+   meanwhile), nor one whose disk job is under way. */
+static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int can_write, uint64_t after) {
     gm__tensor* best = NULL;
     int best_kept = 0;
     uint64_t best_when = 0;
@@ -5873,11 +6505,13 @@ static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int c
     for (i = 0; i < tm->n; i++) {
         gm__tensor* x = &tm->t[i];
         int kept;
-        uint64_t when;
-        if (!x->live || !x->host_valid || x == except || x->acquired) continue; /* acquired: maybe being read */
-        kept = !x->dev && !x->managed && !x->disk_valid; /* the only copy: must be written */
-        if (kept && !can_write) continue;
-        when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, i) : x->stamp; /* lower goes first */
+        uint64_t when, nu;
+        if (!x->live || !x->host_valid || x == except || x->acquired || x->job) continue;
+        kept = x->dev || x->managed ? 0 : x->disk_valid ? 1 : 2; /* 2: the only copy, must be written */
+        if (kept == 2 && !can_write) continue;
+        nu = tm->policy == GM_EVICT_LEARNED ? gm__next_use(tm, i) : 0;
+        if (after && nu <= after) continue;
+        when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - nu : x->stamp; /* lower goes first */
         if (!best || kept < best_kept ||
             (kept == best_kept && (x->priority < best->priority || (x->priority == best->priority && when < best_when)))) {
             best = x;
@@ -5889,16 +6523,31 @@ static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int c
 }
 
 /* Room for `bytes` in the host tier: the pool, else host copies given up
-   (to disk when they are the only copy) until it fits. */
+   (after their write to disk when they are the only copy, waiting for it)
+   until it fits. */
 static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except) {
     gm__block* b;
     if (gm__round_up(bytes ? bytes : 1, 4096) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
-        gm__tensor* v = gm__host_victim(tm, except, ctx->disk != NULL);
+        gm__tensor* v = gm__host_victim(tm, except, 0, 0);
+        uint32_t i;
+        if (!v && ctx->disk) { /* a write under way ends soonest: wait for the oldest's tensor */
+            gm__tensor* w = NULL;
+            for (i = 0; i < tm->n; i++)
+                if (tm->t[i].live && tm->t[i].job && tm->t[i].job->kind == GM__J_WRITE_MEM && tm->t[i].host_valid &&
+                    !tm->t[i].acquired && tm->t[i].host && (!w || tm->t[i].stamp < w->stamp))
+                    w = &tm->t[i];
+            if (w) {
+                (void)gm__io_wait(ctx, tm, w);
+                continue;
+            }
+        }
+        if (!v) v = gm__host_victim(tm, except, ctx->disk != NULL, 0);
         if (!v) break;
         if (!v->dev && !v->managed && !v->disk_valid) {
             if (gm__to_disk(ctx, tm, v) != GM_OK) break;
             tm->st.host_demotions++;
+            if (!v->host_valid) continue; /* its copy went while it waited (a write's end applied) */
         }
         gm__tier_count(tm, v, -1);
         gm__host_free(ctx, tm, v);
@@ -5907,17 +6556,84 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
     return b;
 }
 
+/* With a disk tier, host copies held nowhere else are written to disk
+   behind, so that room in the host tier comes without waiting for a write.
+   In learned order, those Belady's order sends to disk before their next
+   use (gm__plan_belady); else, while the free room and the copies that
+   may be dropped for free (or will be, once their write under way is
+   applied) are less than half the host budget, the coldest. */
+static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
+    size_t free_room, soon = 0;
+    uint32_t i;
+    if (!ctx->disk || tm->host_reserved > ctx->desc.host_budget) return;
+    if (tm->policy == GM_EVICT_LEARNED && tm->nplan && tm->leaves) {
+        /* a known future: exactly the copies Belady's order sends to disk before their next use
+           are written, and no other */
+        for (i = 0; i < tm->n; i++) {
+            gm__tensor* x = &tm->t[i];
+            if (!x->live || !x->host_valid || x->job || x->acquired || x->dev || x->managed || x->disk_valid) continue;
+            if (!gm__leaves(tm, i)) continue;
+            if (gm__disk_behind(ctx, tm, x) != GM_OK) return;
+            tm->st.host_demotions++;
+        }
+        return;
+    }
+    free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
+    for (i = 0; i < tm->n; i++) {
+        const gm__tensor* x = &tm->t[i];
+        if (x->live && x->host_valid && (x->dev || x->managed || x->disk_valid || x->job)) soon += x->host->size;
+    }
+    while (free_room + soon < ctx->desc.host_budget / 2) {
+        gm__tensor* v = NULL;
+        for (i = 0; i < tm->n; i++) { /* the coldest copy held nowhere else */
+            gm__tensor* x = &tm->t[i];
+            uint64_t when;
+            if (!x->live || !x->host_valid || x->job || x->acquired || x->dev || x->managed || x->disk_valid) continue;
+            when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, i) : x->stamp;
+            if (!v || x->priority < v->priority ||
+                (x->priority == v->priority && when < (tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, (uint32_t)(v - tm->t)) : v->stamp)))
+                v = x;
+        }
+        if (!v || gm__disk_behind(ctx, tm, v) != GM_OK) return;
+        tm->st.host_demotions++;
+        soon += v->host->size;
+    }
+}
+
+/* Starts reading x (on disk only) into the host tier when room can be had
+   there without waiting: free, or copies held elsewhere too (with `after`,
+   only those used later than that). Returns whether it started. */
+static int gm__read_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, uint64_t after) {
+    gm__block* hb;
+    if (!ctx->disk || x->job || x->host || !x->disk_valid || x->blank || x->dev || x->managed ||
+        gm__round_up(x->bytes, 4096) > ctx->desc.host_budget)
+        return 0;
+    while ((hb = gm__host_alloc(ctx, tm, x->bytes)) == NULL) {
+        gm__tensor* v = gm__host_victim(tm, x, 0, after);
+        if (!v) return 0;
+        gm__tier_count(tm, v, -1);
+        gm__host_free(ctx, tm, v);
+        gm__tier_count(tm, v, 1);
+    }
+    return gm__disk_ahead(ctx, tm, x, hb, 0) == GM_OK;
+}
+
 /* Device to a lower tier: a clean tensor (a valid copy below) just drops
    the device copy; else to the host tier (making room there), else to
    disk. The device copy is dropped only when the copy below is certain to
    follow. Any failure leaves the tensor on the device. */
 static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
-    int clean = x->host_valid || x->disk_valid;
+    int clean;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
+    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* written behind: it ends soonest */
+    clean = x->host_valid || x->disk_valid;
     if (!clean) {
         int fresh = !x->host;
-        if (fresh) x->host = gm__host_room(ctx, tm, x->bytes, x);
+        /* learned order: a tensor Belady's order sends to disk takes only free host room
+           (else it goes straight to disk), never room other copies would have to leave */
+        int away = ctx->disk && tm->policy == GM_EVICT_LEARNED && gm__leaves(tm, (uint32_t)(x - tm->t));
+        if (fresh) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x);
         if (x->host) {
             r = gm__copy_out(ctx, tm, x);
             if (r != GM_OK) {
@@ -5926,6 +6642,7 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
                         x->bytes, gm_result_string(r));
                 return r;
             }
+            gm__host_clean(ctx, tm);
         } else if (ctx->disk) {
             r = gm__to_disk(ctx, tm, x);
             if (r != GM_OK) return r;
@@ -6124,6 +6841,14 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     gm_result r;
     int from_disk;
     if (x->dev || x->managed) return GM_OK;
+    if (x->job && !x->host_valid) { /* a read into the host tier is under way: it is the quickest way in */
+        if (speculative) return GM_OK;
+        (void)gm__io_wait(ctx, tm, x); /* failed: read again below */
+    }
+    if (speculative && !x->host_valid && x->disk_valid && !x->blank) { /* no wait for the disk: into the host tier */
+        (void)gm__read_ahead(ctx, tm, x, tm->evict_after);
+        return GM_OK;
+    }
     gm__tier_count(tm, x, -1);
     from_disk = !x->host_valid && x->disk_valid && !x->blank;
     r = gm__dev_room(ctx, tm, x, s, speculative, !x->host_valid && !from_disk);
@@ -6137,7 +6862,8 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
             gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm)); /* the host copy is whole */
             r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, GM__IN(tm));
         } else {
-            r = gm__disk_read(ctx, dk, gm__disk_off(dk, x->disk), dst, x->bytes, kind, GM__IN(tm), x->crc);
+            uint32_t want = x->crc;
+            r = gm__disk_staged(dk, GM__J_READ_DEV, gm__disk_off(dk, x->disk), dst, x->bytes, kind, GM__IN(tm), &want);
         }
         if (r == GM_OK && x->managed) (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, GM__IN(tm));
         if (r == GM_OK) {
@@ -6175,6 +6901,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     tm = gm__tier_of(ctx);                                                                  \
     if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made"); \
     pthread_mutex_lock(&tm->mu);                                                            \
+    gm__io_reap(ctx, tm);                                                                   \
     x = gm__tensor_get(ctx, h);                                                             \
     if (!x) {                                                                               \
         pthread_mutex_unlock(&tm->mu);                                                      \
@@ -6216,6 +6943,10 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
         gm__tensor* y = &tm->t[tm->plan[at]];
         gm_result r;
         if (!y->live || y->dev || y->managed || y->acquired) continue;
+        if (!y->host_valid && (y->job || (y->disk_valid && !y->blank))) { /* on disk: into the host tier first */
+            (void)gm__read_ahead(ctx, tm, y, q);
+            continue;
+        }
         tm->evict_after = q;
         y->acquired++; /* not a victim of its own room */
         r = gm__bring_in(ctx, tm, y, s, 1);
@@ -6225,10 +6956,22 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
         y->prefetched = 1;
         gm__lru_push(tm, y);
     }
+    if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room */
+        uint32_t far = tm->nplan < 256 ? tm->nplan : 256;
+        for (q = (uint32_t)tm->ahead + 1; q <= far; q++) {
+            gm__tensor* y = &tm->t[tm->plan[(tm->pos + q - 1) % tm->nplan]];
+            if (!y->live || y->dev || y->managed || y->host || y->job || !y->disk_valid || y->blank) continue;
+            if (!gm__read_ahead(ctx, tm, y, q)) break;
+        }
+    }
     if (tm->nplan && (tm->last_step_evictions || tm->st.evictions > tm->step_evictions)) {
         gm__tensor* v = gm__victim(ctx, tm, 0);
-        if (v && !v->pinned) gm__write_behind(ctx, tm, v);
+        if (v && !v->pinned) { /* to disk when Belady's order sends it there, else to free host room */
+            if (ctx->disk && gm__leaves(tm, (uint32_t)(v - tm->t))) (void)gm__dev_behind(ctx, tm, v);
+            else gm__write_behind(ctx, tm, v);
+        }
     }
+    gm__host_clean(ctx, tm);
 }
 
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
@@ -6247,6 +6990,83 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
     return GM_OK;
 }
 
+/* Belady's order over the plan, with the device and host budgets as one
+   cache, run twice around the step (the second time in steady state): for
+   every use of every tensor, whether the tensor leaves the cache (for
+   disk) before its next use. Clocks are absolute (pass * plan + position);
+   each eviction scans the tensors held: O(plan * held). */
+static void gm__plan_belady(gm_context* ctx, gm__tier* tm) {
+    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0;
+    uint32_t *held = NULL, *slot = NULL, *curk = NULL, *occ = NULL;
+    uint64_t* next = NULL;
+    size_t cap = ctx->budget + ctx->desc.host_budget, used = 0;
+    GPUMEM_FREE(tm->leaves);
+    tm->leaves = NULL;
+    if (!n) return;
+    tm->leaves = (uint8_t*)gm__calloc(n);
+    held = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *held);
+    slot = (uint32_t*)gm__calloc((size_t)nt * sizeof *slot); /* place in held + 1; 0: not held */
+    curk = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *curk); /* the use that last touched it */
+    occ = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *occ);
+    next = (uint64_t*)GPUMEM_MALLOC((size_t)nt * sizeof *next); /* when a held tensor is used next */
+    if (!tm->leaves || !held || !slot || !curk || !occ || !next) {
+        GPUMEM_FREE(tm->leaves);
+        tm->leaves = NULL;
+        goto out;
+    }
+    for (pass = 0; pass < 2; pass++) {
+        for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
+        for (p = 0; p < n; p++) {
+            uint32_t u, first, end;
+            t = tm->plan[p];
+            u = occ[t]++;
+            first = tm->use_first[t];
+            end = tm->use_first[t + 1];
+            if (!slot[t]) {
+                while (used + tm->t[t].bytes > cap && nheld) { /* the one used farthest ahead goes */
+                    uint32_t j, far = 0, v;
+                    for (j = 1; j < nheld; j++)
+                        if (next[held[j]] > next[held[far]]) far = j;
+                    v = held[far];
+                    if (pass) tm->leaves[curk[v]] = 1;
+                    used -= tm->t[v].bytes;
+                    held[far] = held[--nheld];
+                    slot[held[far]] = far + 1;
+                    slot[v] = 0;
+                }
+                if (used + tm->t[t].bytes > cap) continue; /* alone larger than the cache */
+                held[nheld++] = t;
+                slot[t] = nheld;
+                used += tm->t[t].bytes;
+            }
+            curk[t] = u;
+            next[t] = u + 1 < end ? (uint64_t)pass * n + tm->use_at[u + 1] : (uint64_t)(pass + 1) * n + tm->use_at[first];
+        }
+    }
+out:
+    GPUMEM_FREE(held);
+    GPUMEM_FREE(slot);
+    GPUMEM_FREE(curk);
+    GPUMEM_FREE(occ);
+    GPUMEM_FREE(next);
+}
+
+/* Whether Belady's order sends tensor i to disk before its next use, as of
+   now: its last use (in this step, else the plan's last) says. A tensor
+   the plan does not use leaves. */
+static int gm__leaves(const gm__tier* tm, uint32_t i) {
+    uint32_t lo, hi, first;
+    if (!tm->leaves || i >= tm->nuse_first || tm->use_first[i] == tm->use_first[i + 1]) return 1;
+    first = lo = tm->use_first[i];
+    hi = tm->use_first[i + 1];
+    while (lo < hi) { /* the first use at or after pos */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (tm->use_at[mid] < tm->pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return tm->leaves[lo > first ? lo - 1 : tm->use_first[i + 1] - 1];
+}
+
 /* The step's acquires become the plan (positions per tensor, CSR). */
 GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
     gm__tier* tm;
@@ -6255,6 +7075,7 @@ GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
     tm = gm__tier_open(ctx);
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
     first = (uint32_t*)gm__calloc(((size_t)tm->n + 2) * sizeof *first);
     at = (uint32_t*)GPUMEM_MALLOC(((size_t)tm->nrec + 1) * sizeof *at);
     if (!first || !at) {
@@ -6274,6 +7095,7 @@ GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
     tm->nuse_first = tm->n;
     tm->plan = tm->rec;
     tm->nplan = tm->nrec;
+    gm__plan_belady(ctx, tm);
     tm->rec = NULL;
     tm->nrec = tm->caprec = 0;
     tm->pos = 0;
@@ -6295,6 +7117,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     tm = gm__tier_open(ctx);
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
     if (tm->nfree) {
         i = tm->freeidx[--tm->nfree];
     } else {
@@ -6360,6 +7183,8 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
         pthread_mutex_unlock(&tm->mu);
         return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: destroy of tensor %#x while acquired", h.id);
     }
+    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
+    gm__job_detach(tm, x); /* a disk job under way keeps what it moves */
     gm__tier_count(tm, x, -1);
     gm__lru_del(tm, x);
     if (x->dev) gm__dev_drop(ctx, tm, x);
@@ -6386,6 +7211,7 @@ GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s
         pthread_mutex_unlock(&tm->mu);
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown stream %p", (void*)s);
     }
+    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
     x->acquired++; /* no eviction of x while room is made for it */
     gm__lru_del(tm, x);
     if (x->managed) { /* unified memory: ask for it on the device, ordered on s */
@@ -6433,6 +7259,7 @@ GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s
         ctx->be->stream_sync(ctx, s);
         ti = 0, x->done_seq = 0;
     }
+    if (written) gm__job_detach(tm, x); /* a write to disk under way is stale: it keeps what it moves */
     if (written && (x->host_valid || x->disk_valid)) { /* copies below are stale: their space goes back */
         gm__tier_count(tm, x, -1);
         gm__host_free(ctx, tm, x); /* kept until the copies in and out of it completed */
@@ -6534,17 +7361,22 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     tm = gm__tier_of(ctx);
     if (!tm) return GM_OK;
     pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
     *out = tm->st;
     out->host_reserved = (int64_t)tm->host_reserved;
     if (ctx->disk) {
-        const gm__disk* dk = (const gm__disk*)ctx->disk;
+        gm__disk* dk = (gm__disk*)ctx->disk;
         out->disk_reserved = (int64_t)dk->reserved;
+        pthread_mutex_lock(&dk->mu);
         out->disk_write_ns = dk->ns_w;
         out->disk_read_ns = dk->ns_r;
         out->disk_ios = dk->ios;
         out->disk_depth_sum = dk->depth_sum;
+        out->disk_busy_ns = dk->busy_ns;
+        out->disk_depth_ns = dk->depth_ns;
         out->disk_errors = dk->errors;
         out->checksum_failures = dk->crc_fail;
+        pthread_mutex_unlock(&dk->mu);
     }
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
@@ -6580,14 +7412,24 @@ static int gm__tier_check(gm_context* ctx) {
             gm__log(ctx, GM_LOG_ERROR, "check: tensor %u is in no tier", i);
             bad++;
         }
-        if (x->host_valid && !x->host) bad++;
+        if ((x->host_valid && !x->host) || (x->host && !x->host_valid && !(x->job && x->job->kind == GM__J_READ_MEM))) {
+            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u holds a host block with no copy in it", i);
+            bad++;
+        }
+        if (x->job && (x->job->ti != i || x->job->gen != x->gen || !x->disk ||
+                       (x->job->kind == GM__J_WRITE_MEM ? !x->host_valid || x->disk_valid
+                        : x->job->kind == GM__J_WRITE_DEV ? !x->dev || x->disk_valid || x->dev != x->job->dev
+                                                          : !x->host || x->host_valid || !x->disk_valid))) {
+            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u and its disk job disagree", i);
+            bad++;
+        }
         if (x->done_tk >= tm->ntk || x->done_seq > tm->tk[x->done_tk].seq || x->ready_seq > tm->tk[GM__TK_IN].seq ||
             x->hr_seq > tm->tk[GM__TK_IN].seq || x->out_seq > tm->tk[GM__TK_OUT].seq) {
             gm__log(ctx, GM_LOG_ERROR, "check: tensor %u waits for a mark never made", i);
             bad++;
         }
-        if (x->disk_valid != (x->disk != NULL) || (x->blank && !x->disk_valid) ||
-            (x->disk && x->disk->size < x->bytes)) {
+        if ((x->disk_valid != (x->disk != NULL) && !(x->job && x->job->kind != GM__J_READ_MEM)) ||
+            (x->blank && !x->disk_valid) || (x->disk && x->disk->size < x->bytes)) {
             gm__log(ctx, GM_LOG_ERROR, "check: tensor %u has a broken disk extent", i);
             bad++;
         }
@@ -6637,9 +7479,22 @@ static int gm__tier_check(gm_context* ctx) {
         bad++;
     }
     {
-        int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0;
-        size_t segb = 0, held = 0;
+        int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0, job_ext_n = 0, job_ext_b = 0;
+        size_t segb = 0, held = 0, job_host = 0;
         const gm__seg* sg;
+        if (ctx->disk) { /* what jobs hold after their tensor let go */
+            gm__disk* dk = (gm__disk*)ctx->disk;
+            const gm__job* j;
+            int pass;
+            pthread_mutex_lock(&dk->mu);
+            for (pass = 0; pass < 2; pass++)
+                for (j = pass ? dk->done : dk->jobs; j; j = j->next) {
+                    if (j->ti != UINT32_MAX) continue;
+                    if (j->ext) job_ext_n++, job_ext_b += (int64_t)j->ext->size;
+                    if (j->hb) job_host += j->hb->size;
+                }
+            pthread_mutex_unlock(&dk->mu);
+        }
         bad += gm__arena_check(ctx, &tm->host, &un, &ub, &pn, &pb, &rb);
         for (sg = tm->host.segs; sg; sg = sg->next) {
             const gm__block* b;
@@ -6652,8 +7507,8 @@ static int gm__tier_check(gm_context* ctx) {
         }
         for (i = 0; i < tm->n; i++)
             if (tm->t[i].live && tm->t[i].host) held += tm->t[i].host->size;
-        if ((size_t)ub != tm->host_used || held != tm->host_used || segb != tm->host_reserved ||
-            tm->host_peak < tm->host_used) {
+        if ((size_t)ub != tm->host_used + tm->host_jobs || held != tm->host_used || job_host != tm->host_jobs ||
+            segb != tm->host_reserved || tm->host_peak < tm->host_used) {
             gm__log(ctx, GM_LOG_ERROR, "check: the host pool's counts differ from its blocks (%lld/%zu/%zu used, %zu/%zu "
                     "held)", (long long)ub, held, tm->host_used, segb, tm->host_reserved);
             bad++;
@@ -6664,7 +7519,7 @@ static int gm__tier_check(gm_context* ctx) {
             un = ub = 0;
             bad += gm__arena_check(ctx, &dk->ar, &un, &ub, &pn, &pb, &rb);
             for (sg = dk->ar.segs; sg; sg = sg->next) segb += sg->size;
-            if (un != disk_n || ub != disk_b || segb != dk->reserved || dk->reserved > dk->budget || dk->inflight) {
+            if (un != disk_n + job_ext_n || ub != disk_b + job_ext_b || segb != dk->reserved || dk->reserved > dk->budget) {
                 gm__log(ctx, GM_LOG_ERROR, "check: the spill file's extents differ from the tensors' (%lld/%lld extents)",
                         (long long)un, (long long)disk_n);
                 bad++;
@@ -6685,6 +7540,15 @@ static void gm__tier_shutdown(gm_context* ctx) {
     uint32_t i;
     gm__seg* s;
     if (!tm) return;
+    if (ctx->disk) { /* every disk job ends and is applied first */
+        gm__disk* dk = (gm__disk*)ctx->disk;
+        pthread_mutex_lock(&tm->mu);
+        pthread_mutex_lock(&dk->mu);
+        while (dk->jobs) pthread_cond_wait(&dk->done_cv, &dk->mu);
+        pthread_mutex_unlock(&dk->mu);
+        gm__io_reap(ctx, tm);
+        pthread_mutex_unlock(&tm->mu);
+    }
     ctx->be->device_sync(ctx);
     for (i = 0; i < tm->n; i++) {
         gm__tensor* x = &tm->t[i];
@@ -6715,6 +7579,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->plan);
     GPUMEM_FREE(tm->use_first);
     GPUMEM_FREE(tm->use_at);
+    GPUMEM_FREE(tm->leaves);
     GPUMEM_FREE(tm);
     ctx->tier = NULL;
     ctx->tier_evict = NULL;
