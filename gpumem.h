@@ -121,8 +121,13 @@
     acquire, release and prefetch do not make the calling thread wait for
     the device (the disk tier aside: see below). A tensor is always in some
     tier, and a copy or allocation that fails leaves it where it was. When device and
-    host are both full, desc.fallback (or desc.fallback_fn) may serve it
-    from managed memory; otherwise GM_ERR_OUT_OF_MEMORY.
+    host are both full (and no disk tier takes more), desc.fallback (or
+    desc.fallback_fn) may serve a tensor from managed memory; otherwise a
+    host tensor being brought in trades places with a victim on the device
+    whose slot it fits and whose bytes fit its host block (a swap, through
+    a 4 MiB bounce buffer, chunk by chunk, waiting for each copy: slow but
+    no failure; gm_tier_stats.swaps counts them), and only when no victim
+    fits, GM_ERR_OUT_OF_MEMORY.
 
     THE DISK TIER
     =============
@@ -156,8 +161,18 @@
     tensor where it was; a failed read leaves the disk copy, so a retry can
     succeed. A copy below the device stays valid until the tensor is
     released as written, so a clean tensor leaves the device for free.
-    Reads from disk are synchronous in the acquiring thread (prefetch too);
-    the copies onward to the device are queued on the copy stream.
+    Every disk transfer runs on the context's I/O engine (a thread of its
+    own with its own ring), most urgent first: an acquire that needs a
+    tensor from disk waits only for that tensor's transfer; prefetches and
+    writes behind never block the caller, and a call waits for a write
+    only when the host tier has no free room, no copy it may drop and no
+    write under way for what the call needs (a demotion then). Under
+    GM_EVICT_LEARNED the plan treats device and host as one cache in
+    Belady's order: tensors the plan will need are read from disk into the
+    host tier ahead of their use, copies the order sends to disk are written
+    behind as soon as they are chosen, and the host-to-device prefetch then
+    finds them in pinned memory. A transfer that fails in the engine leaves
+    the tensor readable where it still is (gm_tier_stats.disk_errors).
 
     PLANNED MODE
     ============
@@ -531,6 +546,12 @@ typedef struct gm_tier_stats {
     int64_t disk_busy_ns;     /* time with I/O in flight on the spill file */
     int64_t disk_depth_ns;    /* I/Os in flight, integrated over time: disk_depth_ns /
                                  disk_busy_ns is the mean queue depth while busy */
+    int64_t swaps;            /* of the evictions, those that traded places with a host tensor
+                                 brought in (device and host both full) */
+    int64_t disk_backlog_ns;  /* time with chunks waiting for a free I/O slot (the disk is the
+                                 bottleneck then) */
+    int64_t disk_backlog_depth_ns; /* I/Os in flight integrated over that time: the ratio is the
+                                 mean depth while work waits (disk_depth when the queue is kept full) */
 } gm_tier_stats;
 
 /* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
@@ -3888,6 +3909,30 @@ static gm_result gm__managed_put(gm_context* ctx, void* p, int owner) {
     return GM_OK;
 }
 
+/* A tensor's device block passes to another tensor (the tier's swap): its
+   tag and requested size become the new holder's; the block's usable size,
+   or 0 when ptr is not a block the tier holds. */
+static size_t gm__retag(gm_context* ctx, void* ptr, uint32_t tag, size_t requested) {
+    gm__block* b;
+    size_t n = 0;
+    pthread_mutex_lock(&ctx->mu);
+    b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
+    if (b && b->owner == GM__OWN_TENSOR) {
+        n = b->size;
+        if (tag && requested <= b->size) {
+            int ps = gm__pool_stat((int)(b->seg->arena - ctx->pool));
+            gm_stream st = ctx->ss[b->seg->key - 1].stream;
+            if (ctx->trace) gm__trace_row(ctx, "free", b->addr, b->requested, st);
+            gm__stat_add(ctx->stats.requested_bytes, ps, (int64_t)requested - (int64_t)b->requested);
+            b->requested = requested;
+            b->tag = tag;
+            if (ctx->trace) gm__trace_row(ctx, "allocate", b->addr, b->requested, st);
+        }
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return n;
+}
+
 /* The last rung for a plain allocation: unified memory, prefetched to the
    device on `stream`, kept in ctx->managed so gm_free knows it. */
 static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_stream stream) {
@@ -4846,6 +4891,40 @@ static uint32_t gm__crc32c(uint32_t crc, const void* p, size_t n) {
     return ~gm__crc32c_sw(c, (const unsigned char*)p, n);
 }
 
+/* The CRC of a || b from crc(a), crc(b) and len(b), as zlib's
+   crc32_combine (appending len(b) zero bits is a linear map over GF(2),
+   applied by repeated squaring): chunks read out of order are checked
+   each on its own as it lands and combined at the end. */
+static uint32_t gm__gf2_times(const uint32_t* mat, uint32_t vec) {
+    uint32_t sum = 0;
+    for (; vec; vec >>= 1, mat++)
+        if (vec & 1) sum ^= *mat;
+    return sum;
+}
+static void gm__gf2_square(uint32_t* sq, const uint32_t* mat) {
+    int n;
+    for (n = 0; n < 32; n++) sq[n] = gm__gf2_times(mat, mat[n]);
+}
+static uint32_t gm__crc32c_combine(uint32_t c1, uint32_t c2, size_t len2) {
+    uint32_t even[32], odd[32], row = 1;
+    int n;
+    if (!len2) return c1;
+    odd[0] = 0x82F63B78u; /* the operator for one zero bit */
+    for (n = 1; n < 32; n++, row <<= 1) odd[n] = row;
+    gm__gf2_square(even, odd); /* two zero bits */
+    gm__gf2_square(odd, even); /* four */
+    do { /* then a byte, and each power of two bytes */
+        gm__gf2_square(even, odd);
+        if (len2 & 1) c1 = gm__gf2_times(even, c1);
+        len2 >>= 1;
+        if (!len2) break;
+        gm__gf2_square(odd, even);
+        if (len2 & 1) c1 = gm__gf2_times(odd, c1);
+        len2 >>= 1;
+    } while (len2);
+    return c1 ^ c2;
+}
+
 /* Pinned host memory gpumem maps itself (an anonymous mapping, registered
    with the backend: cudaHostRegister), for the disk tier's staging and the
    host tier's pool. cudaHostAlloc's memory is a shared mapping of the
@@ -4924,6 +5003,7 @@ struct gm__job {
     size_t bytes, n;        /* and its chunks */
     void* gate[2];          /* to complete before any I/O (owned by the manager) */
     uint32_t crc, want;     /* write: the CRC32C of the bytes; read: the one expected */
+    uint32_t* ccrc;         /* READ_MEM: each chunk's CRC32C, taken as it lands */
     size_t staged, sent, finished; /* chunks copied into staging, submitted, completed (or copied out) */
     int* fifo;              /* staged kinds: the slots of the chunks in flight, in order */
     size_t fhead;
@@ -4981,6 +5061,8 @@ typedef struct gm__disk {
     /* figures, copied into gm_tier_stats */
     int64_t bytes_w, bytes_r, ns_w, ns_r, ios, depth_sum, errors, crc_fail;
     int64_t busy_ns, depth_ns;
+    int backlog;            /* the engine's last pass left chunks waiting for a slot */
+    int64_t backlog_ns, backlog_depth_ns;
     uint64_t t_inflight;    /* when `inflight` last changed */
     gm_context* ctx;
     int fixed_buf, fixed_file; /* io_uring: the staging (and pool chunks) and the file registered */
@@ -5133,6 +5215,10 @@ static void gm__dio_account(gm__disk* dk) {
     if (dk->inflight > 0 && now > dk->t_inflight) {
         dk->busy_ns += (int64_t)(now - dk->t_inflight);
         dk->depth_ns += (int64_t)(now - dk->t_inflight) * dk->inflight;
+        if (dk->backlog) {
+            dk->backlog_ns += (int64_t)(now - dk->t_inflight);
+            dk->backlog_depth_ns += (int64_t)(now - dk->t_inflight) * dk->inflight;
+        }
     }
     dk->t_inflight = now;
 }
@@ -5275,6 +5361,10 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
         sl->done = sl->len;
     }
     sl->io_done = 1;
+    if (j->kind == GM__J_READ_MEM && j->res == GM_OK && dk->checksum) { /* checked now, while the rest is in flight */
+        size_t i = (size_t)(sl->off - j->off) / dk->chunk;
+        j->ccrc[i] = gm__crc32c(0, sl->mem, gm__chunk_len(dk, j->bytes, i));
+    }
     if (j->kind == GM__J_READ_DEV) return; /* released in order by the job (and copied onward) */
     j->finished++;
     sl->job = NULL;
@@ -5456,7 +5546,11 @@ static void gm__job_finish(gm__disk* dk, gm__job* j) {
         for (i = 0; i < dk->depth; i++)
             if (dk->slot[i].job == j) dk->slot[i].job = NULL;
     pthread_mutex_unlock(&dk->mu);
-    if (j->res == GM_OK && j->kind == GM__J_READ_MEM && dk->checksum) j->crc = gm__crc32c(0, j->mem, j->bytes);
+    if (j->res == GM_OK && j->kind == GM__J_READ_MEM && dk->checksum) { /* the chunks' CRCs, combined */
+        size_t c;
+        j->crc = j->ccrc[0];
+        for (c = 1; c < j->n; c++) j->crc = gm__crc32c_combine(j->crc, j->ccrc[c], gm__chunk_len(dk, j->bytes, c));
+    }
     bad = j->res == GM_OK && (j->kind == GM__J_READ_MEM || j->kind == GM__J_READ_DEV) && dk->checksum && j->crc != j->want;
     pthread_mutex_lock(&dk->mu);
     if (bad) {
@@ -5507,6 +5601,16 @@ static void* gm__disk_engine(void* arg) {
                     for (i = 0; i < dk->depth && !sleep_on; i++)
                         if (dk->slot[i].ev_pending && (dk->slot[i].job == j || !dk->slot[i].job)) sleep_on = dk->slot[i].ev;
                 }
+            }
+        }
+        { /* chunks waiting while every slot is taken: the disk is the bottleneck (for the figures) */
+            int bl = 0;
+            if (gm__slot_free(dk) < 0)
+                for (j = dk->jobs; j && !bl; j = j->next)
+                    bl = !j->finishing && j->res == GM_OK && (j->kind == GM__J_WRITE_DEV ? j->staged : j->sent) < j->n;
+            if (bl != dk->backlog) {
+                gm__dio_account(dk);
+                dk->backlog = bl;
             }
         }
         while (dk->inflight) { /* completions that are there already */
@@ -5560,6 +5664,11 @@ static gm__job* gm__job_new(gm__disk* dk, int kind, uint64_t off, size_t bytes) 
     j->off = off;
     j->bytes = bytes;
     j->n = (bytes + dk->chunk - 1) / dk->chunk;
+    if (kind == GM__J_READ_MEM && !(j->ccrc = (uint32_t*)gm__calloc((j->n ? j->n : 1) * sizeof *j->ccrc))) {
+        GPUMEM_FREE(j->fifo);
+        GPUMEM_FREE(j);
+        return NULL;
+    }
     j->buf_index = -1;
     j->ti = UINT32_MAX;
     return j;
@@ -5630,6 +5739,7 @@ static void gm__job_take(gm__disk* dk, gm__job* j) {
 
 static void gm__job_free(gm__job* j) {
     GPUMEM_FREE(j->fifo);
+    GPUMEM_FREE(j->ccrc);
     GPUMEM_FREE(j);
 }
 
@@ -5910,6 +6020,8 @@ typedef struct gm__tier {
     size_t host_used;       /* bytes of the pool's blocks held by tensors */
     size_t host_jobs;       /* and by disk jobs whose tensor let go of them */
     size_t host_peak;       /* the most host_used in this window */
+    void* bounce;           /* the swap's bounce buffer (GM__SWAP_CHUNK), made when first needed */
+    int bounce_pinned;
     uint64_t host_window;   /* tier clock when the window began */
     gm_tier_stats st;
     /* policy */
@@ -6678,8 +6790,9 @@ static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
 }
 
 /* The policy's choice among released tensors on the device, or NULL.
-   clean_only: only those whose host copy is still valid. */
-static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
+   clean_only: only those whose host copy is still valid. swap: only those
+   that can trade places with that host tensor (gm__swap_in). */
+static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, const gm__tensor* swap) {
     gm__tensor *x, *best = NULL;
     uint64_t best_next = 0;
     uint32_t k, n = 0;
@@ -6687,6 +6800,8 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
         uint64_t nu;
         x = GM__LRU(tm, k);
         if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
+        if (swap && (x->job || x->host || x->bytes > swap->host->size || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
+            continue;
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
             if (n == tm->ncandcap) {
                 uint32_t cap = tm->ncandcap ? tm->ncandcap * 2 : 64;
@@ -6717,7 +6832,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only) {
 static size_t gm__evict_some(gm_context* ctx, gm__tier* tm) {
     int clean_only;
     for (clean_only = 0; clean_only < 2; clean_only++) {
-        gm__tensor* v = gm__victim(ctx, tm, clean_only);
+        gm__tensor* v = gm__victim(ctx, tm, clean_only, NULL);
         if (!v) return 0;
         if (gm__evict_one(ctx, tm, v) == GM_OK) return v->bytes;
     }
@@ -6832,6 +6947,95 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     return GM_OK;
 }
 
+/* Device and host both full: x's host copy and a victim's device copy
+   trade places (the swap), so that bringing a tensor back never fails while
+   each has a slot the other fits. Chunk by chunk through a bounce buffer:
+   the victim's chunk goes device -> bounce, x's chunk host -> the victim's
+   device memory, then the bounce into x's host block; each step waits for
+   the one before (a last resort, not the fast path). A copy that fails
+   undoes the chunks already traded (the trade is its own inverse), so both
+   tensors stay where they were. */
+#define GM__SWAP_CHUNK (4 * GM__MIB)
+#define GM__SWAP_PART(rest) ((rest) < GM__SWAP_CHUNK ? (rest) : GM__SWAP_CHUNK)
+static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* host, size_t out, size_t in) {
+    gm_result r = GM_OK;
+    if (out) r = ctx->be->copy(ctx, tm->bounce, dev, out, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
+    if (r == GM_OK && out) r = ctx->be->stream_sync(ctx, GM__OUT(tm));
+    if (r == GM_OK && in) r = ctx->be->copy(ctx, dev, host, in, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
+    if (r == GM_OK && in) r = ctx->be->stream_sync(ctx, GM__IN(tm));
+    if (r == GM_OK && out) memcpy(host, tm->bounce, out);
+    return r;
+}
+
+static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__tensor* v;
+    char *dev, *host;
+    size_t off, done;
+    gm_result r = GM_OK;
+    if (x->job) (void)gm__io_wait(ctx, tm, x); /* its host copy is being written to disk */
+    if (!x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
+    v = gm__victim(ctx, tm, 0, x);
+    if (!v) return GM_ERR_OUT_OF_MEMORY;
+    if (!tm->bounce) {
+        if (gm__pinned_alloc(ctx, &tm->bounce, GM__SWAP_CHUNK) == GM_OK) tm->bounce_pinned = 1;
+        else if ((tm->bounce = GPUMEM_MALLOC(GM__SWAP_CHUNK)) == NULL) return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    /* every copy that used either copy is over */
+    gm__tk_sync(ctx, tm, v->done_tk, v->done_seq);
+    gm__tk_sync(ctx, tm, GM__TK_IN, v->ready_seq);
+    gm__tk_sync(ctx, tm, GM__TK_OUT, v->out_seq);
+    gm__tk_sync(ctx, tm, GM__TK_OUT, x->out_seq);
+    gm__tk_sync(ctx, tm, GM__TK_IN, x->hr_seq);
+    gm__tk_sync(ctx, tm, GM__TK_IN, x->host->ord[0]);
+    gm__tk_sync(ctx, tm, GM__TK_OUT, x->host->ord[1]);
+    dev = (char*)v->dev;
+    host = (char*)x->host->addr;
+    for (off = 0; off < v->bytes || off < x->bytes; off += GM__SWAP_CHUNK) {
+        size_t out = off < v->bytes ? GM__SWAP_PART(v->bytes - off) : 0;
+        size_t in = off < x->bytes ? GM__SWAP_PART(x->bytes - off) : 0;
+        r = gm__swap_chunk(ctx, tm, dev + off, host + off, out, in);
+        if (r != GM_OK) break;
+    }
+    if (r != GM_OK) {
+        gm_result u = GM_OK;
+        for (done = 0; done < off && u == GM_OK; done += GM__SWAP_CHUNK) { /* trade the traded chunks back */
+            size_t out = done < v->bytes ? GM__SWAP_PART(v->bytes - done) : 0;
+            size_t in = done < x->bytes ? GM__SWAP_PART(x->bytes - done) : 0;
+            u = gm__swap_chunk(ctx, tm, dev + done, host + done, in, out);
+        }
+        if (u != GM_OK)
+            gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x failed twice (%s); their bytes are mixed",
+                    gm__handle_id(tm, x), gm__handle_id(tm, v), gm_result_string(u));
+        else
+            gm__log(ctx, GM_LOG_WARN, "tier: swapping tensor %#x in failed (%s); it stays in the host tier",
+                    gm__handle_id(tm, x), gm_result_string(r));
+        return r;
+    }
+    gm__tier_count(tm, v, -1);
+    (void)gm__retag(ctx, v->dev, gm__handle_id(tm, x), x->bytes);
+    x->dev = v->dev;
+    x->ready_seq = 0; /* whole: every copy was waited for */
+    v->dev = NULL;
+    v->prefetched = 0;
+    v->ready_seq = 0;
+    v->host = x->host;
+    v->host_valid = 1;
+    v->out_seq = 0;
+    x->host = NULL;
+    x->host_valid = 0;
+    x->hr_seq = 0;
+    x->out_seq = 0;
+    gm__tier_count(tm, v, 1);
+    gm__lru_del(tm, v);
+    tm->st.evictions++;
+    tm->st.swaps++;
+    tm->st.bytes_to_host += (int64_t)v->bytes;
+    tm->st.bytes_to_device += (int64_t)x->bytes;
+    gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) swapped in for tensor %#x (%zu bytes): device and host full",
+            gm__handle_id(tm, x), x->bytes, gm__handle_id(tm, v), v->bytes);
+    return GM_OK;
+}
+
 /* Brings x to the device for stream s: room allocated on `in`, the copy on
    `in` (from the host copy once whole, else from disk through the staging
    slots), ready_seq marked after it (or after the allocation, when there
@@ -6852,6 +7056,14 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     gm__tier_count(tm, x, -1);
     from_disk = !x->host_valid && x->disk_valid && !x->blank;
     r = gm__dev_room(ctx, tm, x, s, speculative, !x->host_valid && !from_disk);
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !from_disk) {
+        gm_result w = gm__swap_in(ctx, tm, x);
+        if (w == GM_OK) {
+            gm__tier_count(tm, x, 1);
+            return GM_OK;
+        }
+        if (w != GM_ERR_OUT_OF_MEMORY) r = w; /* a copy of the swap failed: say so */
+    }
     if (r == GM_OK && (x->host_valid || from_disk)) {
         void* dst = x->dev ? x->dev : x->managed;
         /* into unified memory by the copy engine in stream order (a host copy would touch it from the
@@ -6965,7 +7177,7 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
         }
     }
     if (tm->nplan && (tm->last_step_evictions || tm->st.evictions > tm->step_evictions)) {
-        gm__tensor* v = gm__victim(ctx, tm, 0);
+        gm__tensor* v = gm__victim(ctx, tm, 0, NULL);
         if (v && !v->pinned) { /* to disk when Belady's order sends it there, else to free host room */
             if (ctx->disk && gm__leaves(tm, (uint32_t)(v - tm->t))) (void)gm__dev_behind(ctx, tm, v);
             else gm__write_behind(ctx, tm, v);
@@ -7374,6 +7586,8 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
         out->disk_depth_sum = dk->depth_sum;
         out->disk_busy_ns = dk->busy_ns;
         out->disk_depth_ns = dk->depth_ns;
+        out->disk_backlog_ns = dk->backlog_ns;
+        out->disk_backlog_depth_ns = dk->backlog_depth_ns;
         out->disk_errors = dk->errors;
         out->checksum_failures = dk->crc_fail;
         pthread_mutex_unlock(&dk->mu);
@@ -7567,6 +7781,8 @@ static void gm__tier_shutdown(gm_context* ctx) {
     while (tm->nevs) ctx->be->event_destroy(ctx, tm->evs[--tm->nevs]);
     for (s = tm->host.segs; s; s = s->next) gm__pinned_free(ctx, (void*)s->base, s->size);
     gm__arena_destroy(&tm->host);
+    if (tm->bounce_pinned) gm__pinned_free(ctx, tm->bounce, GM__SWAP_CHUNK);
+    else GPUMEM_FREE(tm->bounce);
     ctx->be->stream_destroy(ctx, tm->tk[GM__TK_IN].s);
     ctx->be->stream_destroy(ctx, tm->tk[GM__TK_OUT].s);
     pthread_mutex_destroy(&tm->mu);

@@ -153,13 +153,22 @@ static void test_full_and_alloc_evicts(void) {
     }
     T_EQ(r, GM_ERR_OUT_OF_MEMORY);
     T_CHECK(n >= 14 && n <= 16); /* 8 MiB on the device and 8 MiB on the host */
-    {   /* with both tiers full a host tensor cannot come in: its victim
-           would have nowhere to go. An error, and nothing lost. */
+    {   /* with both tiers full a host tensor still comes in: it trades
+           places with a victim on the device (a swap), nothing lost */
         void* p;
+        int j;
         for (i = 0; i < n && where(ctx, t[i]) != GM_TIER_HOST; i++) {}
         T_CHECK(i < n);
-        T_EQ(gm_tensor_acquire(ctx, t[i], NULL, &p), GM_ERR_OUT_OF_MEMORY);
-        T_EQ(where(ctx, t[i]), GM_TIER_HOST);
+        T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+        T_EQ(where(ctx, t[i]), GM_TIER_DEVICE);
+        T_OK(gm_tensor_release(ctx, t[i], NULL, 0));
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_EQ(ts.swaps, 1);
+        T_EQ(gm_check(ctx), 0);
+        for (j = 0; j < n; j++) verify(ctx, t[j], MiB, (unsigned)j + 100, NULL); /* each read swaps again */
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_CHECK(ts.swaps > 1);
+        T_EQ(errors_now(ctx), 0);
         T_EQ(gm_check(ctx), 0);
     }
     /* a little slack, and every tensor can be read again, swapping */
@@ -179,6 +188,44 @@ static void test_full_and_alloc_evicts(void) {
     T_EQ(errors_now(ctx), 0);
     T_EQ(gm_check(ctx), 0);
     for (i = 0; i < n; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A swap whose copy fails part way: the chunks already traded are traded
+   back, the acquire says what failed, and both tensors read as before. */
+static void test_swap_fails(void) {
+    gm_context* ctx = tier_ctx(24 * MiB, 24 * MiB, GM_FALLBACK_DEFAULT);
+    const size_t n = 10 * MiB + 4096;
+    gm_tensor t[4];
+    gm_tier_stats ts;
+    void* p;
+    int i, h = -1;
+    for (i = 0; i < 4; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], n));
+        fill(ctx, t[i], n, (unsigned)i + 7, NULL);
+    }
+    {
+        gm_tensor extra;
+        T_EQ(gm_tensor_create(ctx, &extra, n), GM_ERR_OUT_OF_MEMORY); /* both tiers full */
+    }
+    for (i = 0; i < 4; i++)
+        if (where(ctx, t[i]) == GM_TIER_HOST) h = i;
+    T_CHECK(h >= 0);
+    /* chunks of 4 MiB: copies 1-2 trade the first, 3-4 the second; the
+       fifth (the third chunk's copy out) fails */
+    if (gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 5) == GM_OK) { /* the sim's faults */
+        T_EQ(gm_tensor_acquire(ctx, t[h], NULL, &p), GM_ERR_COPY_FAILED);
+        T_EQ(where(ctx, t[h]), GM_TIER_HOST);
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_EQ(ts.swaps, 0);
+        T_EQ(gm_check(ctx), 0);
+    }
+    t_every_byte = 1;
+    for (i = 0; i < 4; i++) verify(ctx, t[i], n, (unsigned)i + 7, NULL);
+    t_every_byte = 0;
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 4; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
     T_OK(gm_shutdown(ctx));
 }
 
@@ -536,6 +583,7 @@ int main(int argc, char** argv) {
     test_misuse();
     test_faults();
     test_full_and_alloc_evicts();
+    test_swap_fails();
     test_managed_fallback();
     test_priority_and_pinning();
     test_fallback_hook();
