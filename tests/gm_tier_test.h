@@ -22,6 +22,10 @@ static long byte_errors;
 static int t_every_byte; /* check every byte of big tensors too, not a sieve */
 static long t_walk_period; /* > 0: the walk repeats the same tensors every period steps, with
                               gm_tier_step between periods (learned order sees a plan) */
+static int t_walk_faults;  /* the walk arms a disk fault now and then (failing, short and
+                              out-of-space writes, failing reads): a call may then answer
+                              GM_ERR_IO or GM_ERR_DISK_FULL, and nothing may be lost, also
+                              when the failed transfer ran behind, asynchronously */
 
 static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed * 2654435761u + (unsigned)i * 40503u) >> 13); }
 
@@ -147,7 +151,7 @@ static model m[NT];
 static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_disk) {
     gm_stream st[2];
     long step;
-    int bad_checks = 0, errors = 0, ooms = 0;
+    int bad_checks = 0, errors = 0, ooms = 0, faults = 0;
     gm_tier_stats ts;
     st[0] = NULL;
     T_OK(gm_stream_create(ctx, &st[1]));
@@ -158,6 +162,11 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
         gm_stream s = st[(r >> 12) & 1];
         unsigned op = (unsigned)((r >> 16) % 100);
         gm_result res = GM_OK;
+        if (t_walk_faults && (r >> 56) % 8 == 0) {
+            static const gm_sim_fault kinds[] = {GM_SIM_FAULT_DISK_WRITE, GM_SIM_FAULT_DISK_READ, GM_SIM_FAULT_DISK_SHORT,
+                                                 GM_SIM_FAULT_DISK_FULL};
+            T_OK(gm_sim_inject(ctx, kinds[(r >> 50) % 4], 1 + (r >> 44) % 16));
+        }
         if (!x->live) {
             x->n = (r >> 24) % 3 == 0 ? (size_t)((r >> 32) % big_max) + 1 : (size_t)((r >> 32) % (64 * KiB)) + 1;
             res = gm_tensor_create(ctx, &x->h, x->n);
@@ -193,6 +202,10 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
             ooms++;
             res = GM_OK;
         }
+        if (t_walk_faults && (res == GM_ERR_IO || res == GM_ERR_DISK_FULL)) {
+            faults++;
+            res = GM_OK;
+        }
         if (res != GM_OK && errors++ < 5) printf("step %ld: op %u: %s\n", step, op, gm_result_string(res));
         if (gm_check(ctx) != 0 && bad_checks++ < 3) printf("step %ld: gm_check failed\n", step);
         if (t_walk_period && step % t_walk_period == t_walk_period - 1 && gm_tier_step(ctx) != GM_OK && errors++ < 5)
@@ -200,6 +213,11 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
     }
     T_EQ(errors, 0);
     T_EQ(bad_checks, 0);
+    if (t_walk_faults) { /* disarm, and read everything back */
+        gm_sim_fault k;
+        for (k = GM_SIM_FAULT_DISK_WRITE; k <= GM_SIM_FAULT_DISK_FULL; k = (gm_sim_fault)(k + 1)) T_OK(gm_sim_inject(ctx, k, 0));
+        printf("tier walk with disk faults: %d calls answered with an I/O error\n", faults);
+    }
     {
         int i;
         for (i = 0; i < NT; i++) /* a last read of everything */

@@ -413,6 +413,8 @@ static void test_crc(void) {
         uint32_t whole = ~gm__crc32c_sw(~0u, buf + off, len);
         T_EQ(gm__crc32c(0, buf + off, len), whole);
         T_EQ(gm__crc32c(gm__crc32c(0, buf + off, cut), buf + off + cut, len - cut), whole);
+        /* and two halves checked apart, combined (chunks read out of order) */
+        T_EQ(gm__crc32c_combine(gm__crc32c(0, buf + off, cut), gm__crc32c(0, buf + off + cut, len - cut), len - cut), whole);
     }
 }
 
@@ -444,6 +446,26 @@ int main(int argc, char** argv) {
         t_walk_period = 0;
         T_CHECK(ts.bytes_to_disk > 0 && ts.bytes_from_disk > 0);
         T_EQ(ts.disk_errors, 0);
+        T_OK(gm_shutdown(ctx));
+    }
+    { /* the same with disk faults now and then: write-behind, read-ahead and
+         demotions that fail in the I/O engine leave every tensor readable */
+        gm_context* ctx = disk_ctx(24 * MiB, 12 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm_tier_stats ts;
+        T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        t_walk_period = 97;
+        t_walk_faults = 1;
+        ts = t_walk(ctx, WALK_STEPS / 3, BIG_MAX, 1);
+        t_walk_faults = 0;
+        t_walk_period = 0;
+        T_CHECK(ts.disk_errors > 0);
+        T_OK(gm_shutdown(ctx));
+        /* and under LRU, with pread/pwrite */
+        ctx = disk_ctx(8 * MiB, 4 * MiB, 0, GM_DISK_IO_PREAD, GM_TOGGLE_DEFAULT);
+        t_walk_faults = 1;
+        ts = t_walk(ctx, WALK_STEPS / 5, BIG_MAX, 1);
+        t_walk_faults = 0;
+        T_CHECK(ts.disk_errors > 0);
         T_OK(gm_shutdown(ctx));
     }
     T_EQ(dir_entries(), 0); /* nothing left behind */
