@@ -39,14 +39,18 @@
    Per row: completes or not, step time (median of the measured steps), its
    ratio to the in-memory step and to the bound, bytes moved per step, the
    achieved link rate as a fraction of the modelled one, bytes through the
-   disk per step, the mean I/O queue depth while the disk is busy (of
-   disk_depth 32, weighted by time), and the host
+   disk per step, the mean I/O queue depth (of disk_depth 32, weighted by
+   time) while the disk is busy and while chunks wait for a free slot (the
+   disk-bound phases: "full" there is 32) with the share of busy time that
+   is disk-bound, and the host
    time per step spent inside gm_tensor_acquire (blocked there, the thread
    cannot queue the next kernel). Then the
    learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables;
    writes CSV.
 
-   usage: spill [CSV] [DIR]   (default build/bench-spill.csv, /var/tmp) */
+   usage: spill [CSV] [DIR] [ROWS]   (default build/bench-spill.csv, /var/tmp;
+   ROWS, e.g. "transformer learned+disk 2.0": only the rows whose workload,
+   mode and ratio are those given, any left out matching all) */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "bench.h"
@@ -244,7 +248,7 @@ static double g_disk_w, g_disk_r, g_disk_m;
 
 typedef struct result {
     int ok;
-    double step_ms, moved_mib, rate, disk_mib, depth, acq_ms;
+    double step_ms, moved_mib, rate, disk_mib, depth, full, bound_share, acq_ms;
     char why[64];
 } result;
 
@@ -321,7 +325,7 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
     gm_context* ctx = make_ctx(w, budget, managed, 0);
     gm_tensor t[MAXT];
     gm_stream s;
-    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0, acq0 = 0;
+    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0, acq0 = 0, bl0 = 0, bld0 = 0;
     gm_tier_stats ts;
     int i, k, n = 0;
     memset(&r, 0, sizeof r);
@@ -344,6 +348,8 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
             disk0 = (double)(ts.bytes_to_disk + ts.bytes_from_disk);
             ios0 = (double)ts.disk_busy_ns;
             depth0 = (double)ts.disk_depth_ns;
+            bl0 = (double)ts.disk_backlog_ns;
+            bld0 = (double)ts.disk_backlog_depth_ns;
             acq0 = (double)ts.acquire_ns;
         }
         t0 = bench_now_ns();
@@ -374,6 +380,8 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
         r.disk_mib = ((double)(ts.bytes_to_disk + ts.bytes_from_disk) - disk0) / (STEPS - 2) / (double)MiB;
         r.acq_ms = ((double)ts.acquire_ns - acq0) / (STEPS - 2) / 1e6;
         r.depth = (double)ts.disk_busy_ns > ios0 ? ((double)ts.disk_depth_ns - depth0) / ((double)ts.disk_busy_ns - ios0) : -1;
+        r.full = (double)ts.disk_backlog_ns > bl0 ? ((double)ts.disk_backlog_depth_ns - bld0) / ((double)ts.disk_backlog_ns - bl0) : -1;
+        r.bound_share = (double)ts.disk_busy_ns > ios0 ? ((double)ts.disk_backlog_ns - bl0) / ((double)ts.disk_busy_ns - ios0) : -1;
     }
     for (i = 0; i < w->n && i < n; i++) gm_tensor_destroy(ctx, t[i]);
     gm_stream_destroy(ctx, s);
@@ -403,11 +411,23 @@ static double bound_ms(const workload* w, size_t budget, int disk) {
 
 static const char* names[] = {"raw", "caching", "lru", "learned", "managed", "lru+disk", "learned+disk"};
 
+static const char* g_rows; /* "workload mode ratio" filter, or NULL */
+
+static int wanted(const workload* w, int m, double ratio) {
+    char a[64], b[64];
+    double q = 0;
+    int n;
+    if (!g_rows) return 1;
+    n = sscanf(g_rows, "%63s %63s %lf", a, b, &q);
+    return (n < 1 || !strcmp(a, w->name)) && (n < 2 || !strcmp(b, names[m])) && (n < 3 || (q > ratio - 1e-9 && q < ratio + 1e-9));
+}
+
 static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     size_t budget = (size_t)((double)ws_of(w) / ratio) / MiB * MiB;
     double in_memory = compute_ms(w), bound;
-    char c1[32], c2[32], c3[32], c4[32], f1[32], f2[32];
+    char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32];
     result r;
+    if (!wanted(w, m, ratio)) return;
     disk_dir = m >= 5 ? dir : NULL;
     if (m < 2) r = run_flat(w, budget, m == 0);
     else if (m == 2 || m == 5) r = run_tier(w, budget, GM_EVICT_LRU, 0, 0);
@@ -415,27 +435,32 @@ static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     else r = run_tier(w, budget, GM_EVICT_LRU, 0, 1);
     bound = bound_ms(w, budget, m >= 5);
     if (r.ok)
-        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %7s\n", names[m], ratio, "completes", r.step_ms,
-               r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
+        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s\n", names[m], ratio, "completes",
+               r.step_ms, r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
                bench_cell(c2, sizeof c2, "%.2f", bound > 0 ? r.step_ms / bound : -1), r.moved_mib, 100 * r.rate,
                r.disk_mib, bench_cell(c3, sizeof c3, "%.1f", m >= 5 ? r.depth : -1),
+               bench_cell(c5, sizeof c5, "%.1f", m >= 5 ? r.full : -1),
+               bench_cell(c6, sizeof c6, "%.0f%%", m >= 5 && r.bound_share >= 0 ? 100 * r.bound_share : -1),
                bench_cell(c4, sizeof c4, "%.1f", m >= 2 ? r.acq_ms : -1));
     else
-        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %7s\n", names[m], ratio, r.why[0] ? r.why : "failed", "-",
-               "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-", "-");
+        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s\n", names[m], ratio,
+               r.why[0] ? r.why : "failed", "-", "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-", "-",
+               "-", "-");
     if (csv)
-        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s\n", w->name, g_link / 1e9, names[m], ratio, r.ok,
-                r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s\n", w->name, g_link / 1e9, names[m], ratio,
+                r.ok, r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
                 bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
                 r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1),
+                bench_field(c5, sizeof c5, "%.2f", r.ok && m >= 5 ? r.full : -1),
+                bench_field(c6, sizeof c6, "%.3f", r.ok && m >= 5 ? r.bound_share : -1),
                 bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1));
 }
 
 static void header(const workload* w) {
     printf("\n%s: %d tensors, working set %zu MiB, %d uses, in-memory step %.0f ms of compute; link %.1f GB/s each way\n",
            w->name, w->n, ws_of(w) / MiB, w->nseq, compute_ms(w), g_link / 1e9);
-    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %7s\n", "mode", "ratio", "result", "step ms", "x memory",
-           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "acq ms");
+    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s\n", "mode", "ratio", "result", "step ms", "x memory",
+           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "full", "bound", "acq ms");
 }
 
 int main(int argc, char** argv) {
@@ -443,11 +468,13 @@ int main(int argc, char** argv) {
     static const double links[] = {25e9, 50e9};
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-spill.csv";
     const char* dir = argc > 2 ? argv[2] : "/var/tmp";
-    FILE* csv = fopen(csv_path, "w");
+    FILE* csv;
     workload wls[2];
     size_t ri, li;
     int m, k;
     char c1[32], c2[32], c3[32];
+    g_rows = argc > 3 ? argv[3] : NULL;
+    csv = fopen(csv_path, "w");
     wls[0] = wl_layers();
     wls[1] = wl_transformer();
     for (k = 0; k < 2; k++) set_compute(&wls[k]);
@@ -469,7 +496,8 @@ int main(int argc, char** argv) {
            "traffic over the measured disk\n");
     if (csv)
         fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
-                     "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,acquire_ms_per_step\n");
+                     "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,queue_depth_disk_bound,disk_bound_share,"
+                     "acquire_ms_per_step\n");
     g_link = 8.0 * (1 << 30);
     for (k = 0; k < 2; k++) {
         header(&wls[k]);
