@@ -1446,9 +1446,11 @@ static void* gm__map_del(gm__ptrmap* m, uintptr_t k) {
    is (stream, seq): complete once stream->completed >= seq. Destroyed
    streams are drained and retired but kept until shutdown, so events on
    them stay valid and a handle is never reused. Copies hold a link, one per
-   direction, busy until start + n / rate: concurrent copies share it. */
+   direction, busy until start + n / rate: concurrent copies share it.
+   Managed memory is host memory whose residency is modelled (>>sim:
+   unified memory): used + resident <= capacity. */
 #define GM__SIM_MAGIC 0x53494d53u
-enum { GM__SIM_COPY, GM__SIM_HOST, GM__SIM_WAIT };
+enum { GM__SIM_COPY, GM__SIM_HOST, GM__SIM_WAIT, GM__SIM_MIGRATE };
 enum { GM__LINK_H2D, GM__LINK_D2H, GM__LINK_D2D, GM__LINKS, GM__LINK_NONE = GM__LINKS };
 
 typedef struct gm__sim_stream gm__sim_stream;
@@ -1463,6 +1465,8 @@ typedef struct gm__sim_op {
     void* user;
     gm__sim_stream* ws;
     uint64_t wseq;
+    int to_dev;  /* a migration's direction */
+    int managed; /* a copy that touches managed memory: it may fault */
 } gm__sim_op;
 
 struct gm__sim_stream {
@@ -1482,9 +1486,26 @@ typedef struct gm__sim_event {
     uint64_t seq;
 } gm__sim_event;
 
+/* One 2 MiB chunk of a managed mapping (the last may be shorter). */
+typedef struct gm__sim_chunk {
+    struct gm__sim_chunk *prev, *next; /* in the LRU while on the device */
+    struct gm__sim_mrange* r;
+    int where;                         /* GM__UVM_NOWHERE, _HOST or _DEV */
+} gm__sim_chunk;
+
+typedef struct gm__sim_mrange {
+    struct gm__sim_mrange* next;
+    char* base;
+    size_t len, n; /* page-rounded bytes, chunks */
+    gm__sim_chunk* c;
+} gm__sim_mrange;
+
 typedef struct gm__sim {
     pthread_mutex_t mu;    /* guards everything below */
     size_t capacity, used, managed, pinned;
+    size_t resident;       /* bytes of managed chunks on the device */
+    gm__sim_mrange* mranges;
+    gm__sim_chunk *lru, *lru_tail; /* resident chunks, least recently migrated first */
     uint64_t ops[7], fail_at[7]; /* per gm_sim_fault kind: operations so far, the one to fail (0: none) */
     uint64_t link_free_at[GM__LINKS];
     uint64_t link_bytes[GM__LINKS], link_busy_ns[GM__LINKS];
@@ -1498,6 +1519,215 @@ typedef struct gm__sim {
 
 #define GM__SIM(ctx) ((gm__sim*)(ctx)->bs)
 
+/* >>sim: unified memory ---------------------------------------------------
+   Managed memory as the NVIDIA UVM driver (kernel-open/nvidia-uvm) serves
+   it on a PCIe machine, advised to the device and prefetched as the CUDA
+   backend does. Bytes never move (a managed mapping is host memory); what
+   is modelled is where each 2 MiB chunk lives and the time the driver
+   takes to move it, charged by holding the links and counted in their
+   bytes. Invariants (sim->mu): a chunk is on the device iff it is in the
+   LRU; resident sums their lengths; used + resident <= capacity, so a
+   device allocation evicts chunks for its room (as PMA evicts UVM's chunks
+   for other clients, uvm_pmm_gpu.c) and mem_info counts that room free;
+   fresh memory is nowhere until first used, and its first use copies
+   nothing.
+   What the sim sees: prefetches, and copies, whose copy engine faults on
+   managed pages not on the device. It cannot see a kernel's or the host's
+   loads and stores. The tiered manager prefetches before every use, so a
+   prefetch to the device is charged with the use after it, which streams
+   the range once in address order: what the prefetch could not keep
+   faults back in. A range larger than the room (capacity - used) then
+   misses in every chunk (LRU under a cyclic walk): each is migrated by the
+   prefetch, evicted for the next and faulted back by the use. The
+   driver's thrashing detector does not step in: it skips evictions and
+   prefetches (uvm_perf_thrashing.c, thrashing_event_cb), and mapping
+   evicted pages remotely needs access-counter migrations, off without ATS
+   (uvm_gpu_access_counters.c, is_migration_enabled). A chunk larger than
+   the whole room crosses the link both ways at each use (where the driver
+   would cancel the faults: uvm_gpu_replayable_faults.c, OOM).
+   Time is charged only on a timed link (link_bytes_per_s > 0), as for
+   copies; bytes are counted always. */
+enum { GM__UVM_NOWHERE, GM__UVM_HOST, GM__UVM_DEV };
+/* The VA block and PMM root chunk: evicted whole, least recently migrated
+   first (uvm_pmm_gpu.c UVM_CHUNK_SIZE_MAX, pick_root_chunk_to_evict; the
+   LRU is touched by every make-resident, uvm_va_block.c
+   block_mark_memory_used). */
+#define GM__UVM_CHUNK (2 * GM__MIB)
+/* Fault batches to bring one block in from the host by faults: the
+   density prefetcher (uvm_perf_prefetch.c, UVM_PREFETCH_THRESHOLD_DEFAULT
+   51%) over the 32 big pages of 64 KiB that faults are grown to
+   (grow_fault_granularity_if_no_thrashing) lets a walk from the start
+   fault at big pages 0, 1, 2, 4, 8 and 16 before the region is the block.
+   A block resident nowhere takes one: a first touch by the preferred
+   location populates the whole block
+   (uvm_perf_prefetch_prenotify_fault_migrations). A batch takes up to 256
+   faults (uvm_gpu_replayable_faults.c, UVM_PERF_FAULT_BATCH_COUNT_DEFAULT);
+   one block's never fill it. */
+#define GM__UVM_ROUNDS 6
+/* A batch's fixed cost: the 45 us far-fault latency of UVMSmart (Ganguly
+   et al., "Interplay between Hardware Prefetcher and Page Eviction Policy
+   in CPU-GPU Unified Virtual Memory", ISCA 2019: -page_fault_latency 66645
+   cycles at 1481 MHz), within the 20-50 us of Zheng et al., "Towards High
+   Performance Paged Memory for GPUs", HPCA 2016; tens of us in Allen & Ge,
+   "In-Depth Analyses of Unified Virtual Memory System for GPU Accelerated
+   Computing", SC 2021. */
+#define GM__UVM_BATCH_NS 45000.0
+/* Per fault in a batch, a copy engine's faults served one at a time
+   (uvm_gpu_non_replayable_faults.c): a few us in Allen & Ge, SC 2021. */
+#define GM__UVM_FAULT_NS 2000.0
+/* A prefetch's own work per chunk (allocate, map, invalidate the TLB):
+   small, as cudaMemPrefetchAsync runs near cudaMemcpy's rate and at least
+   twice as fast as migration on demand (Sakharnykh, "Maximizing Unified
+   Memory Performance in CUDA", NVIDIA blog, 2017). */
+#define GM__UVM_MIGRATE_NS 10000.0
+/* An eviction unmaps the chunk everywhere and copies it out on the
+   servicing path (uvm_pmm_gpu.c evict_root_chunk): costed as one more
+   batch, on top of its transfer (Allen & Ge, SC 2021: evictions add a
+   cost per 2 MiB block). */
+#define GM__UVM_EVICT_NS GM__UVM_BATCH_NS
+
+static size_t gm__sim_clen(const gm__sim_chunk* c) {
+    size_t off = (size_t)(c - c->r->c) * GM__UVM_CHUNK;
+    return c->r->len - off < GM__UVM_CHUNK ? c->r->len - off : GM__UVM_CHUNK;
+}
+
+static void gm__sim_mfree(gm__sim_mrange* mr) {
+    if (!mr) return;
+    GPUMEM_FREE(mr->c);
+    GPUMEM_FREE(mr);
+}
+
+/* The managed mapping holding p, if any. */
+static gm__sim_mrange* gm__sim_mfind(const gm__sim* sim, const void* p) {
+    gm__sim_mrange* r;
+    for (r = sim->mranges; r; r = r->next)
+        if ((const char*)p >= r->base && (const char*)p < r->base + r->len) return r;
+    return NULL;
+}
+
+static void gm__sim_lru_del(gm__sim* sim, gm__sim_chunk* c) {
+    if (c->prev) c->prev->next = c->next;
+    else sim->lru = c->next;
+    if (c->next) c->next->prev = c->prev;
+    else sim->lru_tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void gm__sim_lru_add(gm__sim* sim, gm__sim_chunk* c) {
+    c->prev = sim->lru_tail;
+    c->next = NULL;
+    if (sim->lru_tail) sim->lru_tail->next = c;
+    else sim->lru = c;
+    sim->lru_tail = c;
+}
+
+/* Holds a link from `from` (or once it is free) for bytes at its rate plus
+   overhead ns, counting the bytes; returns the end. Untimed links (rate 0)
+   take no time. */
+static uint64_t gm__sim_hold(gm__sim* sim, int link, uint64_t from, size_t bytes, double overhead) {
+    uint64_t start = sim->link_free_at[link] > from ? sim->link_free_at[link] : from, end;
+    double ns;
+    sim->link_bytes[link] += bytes;
+    if (sim->rate[link] <= 0) return from;
+    ns = (double)bytes / sim->rate[link] * 1e9 + overhead;
+    end = start + (ns < 1e15 ? (uint64_t)ns : (uint64_t)1e15);
+    sim->link_free_at[link] = end;
+    sim->link_busy_ns[link] += end - start;
+    return end;
+}
+
+/* Evicts the least recently migrated chunk: its copy out, then the time
+   after it. */
+static uint64_t gm__sim_evict(gm__sim* sim, uint64_t t) {
+    gm__sim_chunk* c = sim->lru;
+    size_t len = gm__sim_clen(c);
+    gm__sim_lru_del(sim, c);
+    c->where = GM__UVM_HOST;
+    sim->resident -= len;
+    return gm__sim_hold(sim, GM__LINK_D2H, t, len, GM__UVM_EVICT_NS);
+}
+
+/* Evicts until used + resident fits the capacity (after used grew). */
+static uint64_t gm__sim_make_room(gm__sim* sim, uint64_t t) {
+    while (sim->lru && sim->used + sim->resident > sim->capacity) t = gm__sim_evict(sim, t);
+    return t;
+}
+
+/* Brings chunks [i0, i1) of r to the device in address order from time t,
+   each one not there costing a prefetch's work or (fault) the fault
+   batches, plus its bytes when it was on the host; victims are other
+   ranges' chunks first (those of [i0, i1) are touched to the LRU's end
+   before any is brought), evicted before each migration on the same path
+   (no overlap of the two directions). Returns the time it ends. */
+static uint64_t gm__sim_bring(gm__sim* sim, gm__sim_mrange* r, size_t i0, size_t i1, int fault, uint64_t t) {
+    size_t i;
+    for (i = i0; i < i1; i++)
+        if (r->c[i].where == GM__UVM_DEV) {
+            gm__sim_lru_del(sim, &r->c[i]);
+            gm__sim_lru_add(sim, &r->c[i]);
+        }
+    for (i = i0; i < i1; i++) {
+        gm__sim_chunk* c = &r->c[i];
+        size_t len = gm__sim_clen(c), in;
+        double per = !fault ? GM__UVM_MIGRATE_NS
+                   : (c->where == GM__UVM_HOST ? GM__UVM_ROUNDS : 1) * (GM__UVM_BATCH_NS + GM__UVM_FAULT_NS);
+        if (c->where == GM__UVM_DEV) continue;
+        in = c->where == GM__UVM_HOST ? len : 0; /* fresh memory is populated, not copied */
+        if (len > sim->capacity - sim->used) { /* no room for it at all: in and out again */
+            t = gm__sim_hold(sim, GM__LINK_H2D, t, in, per);
+            t = gm__sim_hold(sim, GM__LINK_D2H, t, len, GM__UVM_EVICT_NS);
+            c->where = GM__UVM_HOST;
+            continue;
+        }
+        sim->resident += len; /* counted first: the loop below makes its room */
+        while (sim->lru && sim->used + sim->resident > sim->capacity) t = gm__sim_evict(sim, t);
+        t = gm__sim_hold(sim, GM__LINK_H2D, t, in, per);
+        c->where = GM__UVM_DEV;
+        gm__sim_lru_add(sim, c);
+    }
+    return t;
+}
+
+/* The chunks of r that [p, p + n) touches. */
+static void gm__sim_span(const gm__sim_mrange* r, const void* p, size_t n, size_t* i0, size_t* i1) {
+    size_t off = (size_t)((const char*)p - r->base), end = off + n < r->len ? off + n : r->len;
+    *i0 = off / GM__UVM_CHUNK;
+    *i1 = n ? (end + GM__UVM_CHUNK - 1) / GM__UVM_CHUNK : *i0;
+}
+
+/* A copy's access to [p, p + n): what is not on the device faults in. */
+static uint64_t gm__sim_fault_in(gm__sim* sim, const void* p, size_t n, uint64_t t) {
+    gm__sim_mrange* r = gm__sim_mfind(sim, p);
+    size_t i0, i1;
+    if (!r) return t;
+    gm__sim_span(r, p, n, &i0, &i1);
+    return gm__sim_bring(sim, r, i0, i1, 1, t);
+}
+
+/* A prefetch of [p, p + n) from time t: to the device, the migration and
+   then the use after it (see the invariants); to the host, the chunks on
+   the device copied back. Returns the time it ends. */
+static uint64_t gm__sim_migrate(gm__sim* sim, const void* p, size_t n, int to_dev, uint64_t t) {
+    gm__sim_mrange* r = gm__sim_mfind(sim, p);
+    size_t i0, i1, i;
+    if (!r) return t;
+    gm__sim_span(r, p, n, &i0, &i1);
+    if (to_dev) {
+        t = gm__sim_bring(sim, r, i0, i1, 0, t);
+        return gm__sim_fault_in(sim, p, n, t);
+    }
+    for (i = i0; i < i1; i++) {
+        gm__sim_chunk* c = &r->c[i];
+        if (c->where == GM__UVM_DEV) {
+            gm__sim_lru_del(sim, c);
+            sim->resident -= gm__sim_clen(c);
+            t = gm__sim_hold(sim, GM__LINK_D2H, t, gm__sim_clen(c), GM__UVM_MIGRATE_NS);
+        }
+        c->where = GM__UVM_HOST;
+    }
+    return t;
+}
+
 static void* gm__sim_worker(void* arg) {
     gm__sim_stream* s = (gm__sim_stream*)arg;
     gm__sim* sim = s->sim;
@@ -1509,7 +1739,13 @@ static void* gm__sim_worker(void* arg) {
         op = s->head;
         pthread_mutex_unlock(&s->mu);
         if (op->kind == GM__SIM_COPY) {
-            uint64_t end = 0, start = gm__now_ns(), done;
+            uint64_t end = 0, t0 = gm__now_ns(), start = t0, done;
+            if (op->managed) { /* the copy engine faults on what is not on the device, then copies */
+                pthread_mutex_lock(&sim->mu);
+                start = gm__sim_fault_in(sim, op->dst, op->n, start);
+                start = gm__sim_fault_in(sim, op->src, op->n, start);
+                pthread_mutex_unlock(&sim->mu);
+            }
             if (op->link != GM__LINK_NONE && sim->rate[op->link] > 0) {
                 double ns = (double)op->n / sim->rate[op->link] * 1e9;
                 pthread_mutex_lock(&sim->mu);
@@ -1518,8 +1754,9 @@ static void* gm__sim_worker(void* arg) {
                 sim->link_free_at[op->link] = end;
                 pthread_mutex_unlock(&sim->mu);
             }
-            if (op->dst != op->src) memmove(op->dst, op->src, op->n); /* same: a migration, timed only */
+            if (op->dst != op->src) memmove(op->dst, op->src, op->n);
             if (end) gm__sleep_until_ns(end);
+            else if (start > t0) gm__sleep_until_ns(start);
             done = gm__now_ns();
             if (op->link != GM__LINK_NONE) {
                 pthread_mutex_lock(&sim->mu);
@@ -1528,6 +1765,12 @@ static void* gm__sim_worker(void* arg) {
                 if (done > sim->link_free_at[op->link]) sim->link_free_at[op->link] = done;
                 pthread_mutex_unlock(&sim->mu);
             }
+        } else if (op->kind == GM__SIM_MIGRATE) {
+            uint64_t end;
+            pthread_mutex_lock(&sim->mu);
+            end = gm__sim_migrate(sim, op->dst, op->n, op->to_dev, gm__now_ns());
+            pthread_mutex_unlock(&sim->mu);
+            gm__sleep_until_ns(end);
         } else if (op->kind == GM__SIM_HOST) {
             op->fn(op->user);
         } else {
@@ -1661,6 +1904,11 @@ static void gm__sim_shutdown(gm_context* ctx) {
             if (sim->maps.keys[i] && ((uintptr_t)sim->maps.vals[i] & 4095) != 4) /* not registered memory: the caller's */
                 munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] & ~(uintptr_t)4095));
     }
+    while (sim->mranges) {
+        gm__sim_mrange* mr = sim->mranges;
+        sim->mranges = mr->next;
+        gm__sim_mfree(mr);
+    }
     GPUMEM_FREE(sim->maps.keys);
     GPUMEM_FREE(sim->maps.vals);
     pthread_mutex_destroy(&sim->mu);
@@ -1691,8 +1939,10 @@ static int gm__sim_fault(gm_context* ctx, gm__sim* sim, gm_sim_fault kind, size_
 }
 
 /* Charges n bytes of device memory: the fault injection's count, then the
-   capacity. Called with sim->mu held; on failure it is released. */
-static gm_result gm__sim_charge(gm_context* ctx, gm__sim* sim, size_t n) {
+   capacity, whose managed chunks are evicted for the room; *until: when
+   their copies out end (the caller waits for it once sim->mu is released).
+   Called with sim->mu held; on failure it is released. */
+static gm_result gm__sim_charge(gm_context* ctx, gm__sim* sim, size_t n, uint64_t* until) {
     if (gm__sim_fault(ctx, sim, GM_SIM_FAULT_DEVICE_ALLOC, n)) {
         pthread_mutex_unlock(&sim->mu);
         return GM_ERR_OUT_OF_MEMORY;
@@ -1702,6 +1952,7 @@ static gm_result gm__sim_charge(gm_context* ctx, gm__sim* sim, size_t n) {
         return GM_ERR_OUT_OF_MEMORY;
     }
     sim->used += n;
+    *until = gm__sim_make_room(sim, gm__now_ns());
     return GM_OK;
 }
 
@@ -1718,10 +1969,23 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
     gm__sim* sim = GM__SIM(ctx);
     void* p;
     size_t n = gm__page(size);
+    uint64_t until = 0;
+    gm__sim_mrange* mr = NULL;
     if (size > ((size_t)1 << 62)) return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
+    if (which == 2) { /* its chunks, all nowhere yet */
+        size_t i;
+        mr = (gm__sim_mrange*)gm__calloc(sizeof *mr);
+        if (mr) mr->n = (n + GM__UVM_CHUNK - 1) / GM__UVM_CHUNK;
+        if (!mr || !(mr->c = (gm__sim_chunk*)gm__calloc(mr->n * sizeof *mr->c))) {
+            GPUMEM_FREE(mr);
+            return GM_ERR_HOST_OUT_OF_MEMORY;
+        }
+        mr->len = n;
+        for (i = 0; i < mr->n; i++) mr->c[i].r = mr;
+    }
     pthread_mutex_lock(&sim->mu);
     if (which == 0) {
-        gm_result r = gm__sim_charge(ctx, sim, n);
+        gm_result r = gm__sim_charge(ctx, sim, n, &until);
         if (r != GM_OK) return r;
     } else if (which == 1) {
         if (gm__sim_fault(ctx, sim, GM_SIM_FAULT_HOST_ALLOC, size)) {
@@ -1733,11 +1997,13 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
         sim->managed += n;
     }
     pthread_mutex_unlock(&sim->mu);
+    gm__sleep_until_ns(until); /* cudaMalloc returns once PMA's evictions are done */
     p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         gm__sim_uncount(sim, which, n);
         gm__log(ctx, GM_LOG_WARN, "sim: mmap of %zu bytes failed: %s", n, strerror(e));
+        gm__sim_mfree(mr);
         return which == 1 ? GM_ERR_HOST_OUT_OF_MEMORY : GM_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&sim->mu);
@@ -1745,7 +2011,13 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
         pthread_mutex_unlock(&sim->mu);
         munmap(p, n);
         gm__sim_uncount(sim, which, n);
+        gm__sim_mfree(mr);
         return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    if (mr) {
+        mr->base = (char*)p;
+        mr->next = sim->mranges;
+        sim->mranges = mr;
     }
     pthread_mutex_unlock(&sim->mu);
     *out = p;
@@ -1761,10 +2033,22 @@ static gm_result gm__sim_unmap(gm_context* ctx, void* p, size_t size, int which)
     gm__sim* sim = GM__SIM(ctx);
     size_t n = gm__page(size);
     uintptr_t have;
+    gm__sim_mrange *mr = NULL, **pp;
     pthread_mutex_lock(&sim->mu);
     have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
     if (have == n + (size_t)which + 1) gm__map_del(&sim->maps, (uintptr_t)p);
+    if (have == n + (size_t)which + 1 && which == 2) { /* its chunks leave the device with it */
+        size_t i;
+        for (pp = &sim->mranges; *pp && (*pp)->base != (char*)p; pp = &(*pp)->next) {}
+        if ((mr = *pp) != NULL) *pp = mr->next;
+        for (i = 0; mr && i < mr->n; i++)
+            if (mr->c[i].where == GM__UVM_DEV) {
+                gm__sim_lru_del(sim, &mr->c[i]);
+                sim->resident -= gm__sim_clen(&mr->c[i]);
+            }
+    }
     pthread_mutex_unlock(&sim->mu);
+    gm__sim_mfree(mr);
     if (have != n + (size_t)which + 1) {
         if (!have) return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "sim: %p is not a mapping of this device", p);
         if ((int)(have & 4095) - 1 != which)
@@ -1816,23 +2100,21 @@ static gm_result gm__sim_host_unregister(gm_context* ctx, void* p) {
     pthread_mutex_unlock(&sim->mu);
     return (have & 4095) == 4 ? GM_OK : GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "sim: %p is not registered", p);
 }
-/* Managed memory is host memory on sim: a prefetch moves no bytes but
-   holds the link for as long as the migration would take. */
+/* A migration in stream order, timed as >>sim: unified memory says. */
 static gm_result gm__sim_managed_prefetch(gm_context* c, void* p, size_t n, int to_dev, gm_stream s) {
     gm__sim_op op;
     memset(&op, 0, sizeof op);
-    op.kind = GM__SIM_COPY;
+    op.kind = GM__SIM_MIGRATE;
     op.dst = p;
-    op.src = p;
     op.n = n;
-    op.link = to_dev ? GM__LINK_H2D : GM__LINK_D2H;
+    op.to_dev = to_dev;
     return gm__sim_enqueue(c, s, &op);
 }
 
-/* Whether p is the base of a device or managed mapping (with sim->mu). */
+/* Whether p is the base of a device mapping or in a managed one (with
+   sim->mu). */
 static int gm__sim_on_device(const gm__sim* sim, const void* p) {
-    uintptr_t have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
-    return (have & 4095) == 1 || (have & 4095) == 3; /* kind + 1: 1 device, 3 managed */
+    return ((uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p) & 4095) == 1 /* kind + 1 */ || gm__sim_mfind(sim, p);
 }
 
 static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_t n, gm_copy_kind kind,
@@ -1861,6 +2143,11 @@ static gm_result gm__sim_copy(gm_context* ctx, void* dst, const void* src, size_
     op.link = kind == GM_COPY_HOST_TO_DEVICE ? GM__LINK_H2D
             : kind == GM_COPY_DEVICE_TO_HOST ? GM__LINK_D2H
             : kind == GM_COPY_DEVICE_TO_DEVICE ? GM__LINK_D2D : GM__LINK_NONE;
+    if (op.link != GM__LINK_NONE) { /* the copy engine's access to managed memory may fault */
+        pthread_mutex_lock(&sim->mu);
+        op.managed = sim->mranges && (gm__sim_mfind(sim, dst) || gm__sim_mfind(sim, src));
+        pthread_mutex_unlock(&sim->mu);
+    }
     return gm__sim_enqueue(ctx, st, &op);
 }
 
@@ -2004,9 +2291,11 @@ static gm_result gm__sim_va_release(gm_context* ctx, void* base, size_t size) {
 static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void** handles) {
     gm__sim* sim = GM__SIM(ctx);
     gm_result r;
+    uint64_t until = 0;
     pthread_mutex_lock(&sim->mu);
-    if ((r = gm__sim_charge(ctx, sim, size)) != GM_OK) return r;
+    if ((r = gm__sim_charge(ctx, sim, size, &until)) != GM_OK) return r;
     pthread_mutex_unlock(&sim->mu);
+    gm__sleep_until_ns(until);
     if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0) {
         gm__log(ctx, GM_LOG_WARN, "sim: mprotect(%p, %zu) failed: %s", addr, size, strerror(errno));
         pthread_mutex_lock(&sim->mu);

@@ -150,14 +150,18 @@ int main(int argc, char** argv) {
                res[WAY_SPILL].disk_moved / (double)WL_MIB, (double)res[WAY_SPILL].checked_bytes / (double)WL_MIB);
     else
         printf("- spill: FAILED: %s\n", res[WAY_SPILL].why);
-    if (res[WAY_UNIFIED].ok)
+    if (res[WAY_UNIFIED].ok) {
         printf("- unified: completes, a step %.2fx the in-memory step: what does not fit lives in unified memory and\n"
-               "  is migrated to the device at each use.%s\n",
-               mem_ms > 0 ? res[WAY_UNIFIED].step_ms / mem_ms : 0,
-               p.backend == GM_BACKEND_SIM ? " On sim a migration costs its link time, and fresh unified memory\n"
-                                             "  the first touch of its pages; GPU page faults are not modelled."
-                                           : "");
-    else
+               "  is migrated to the device at each use.\n",
+               mem_ms > 0 ? res[WAY_UNIFIED].step_ms / mem_ms : 0);
+        if (p.backend == GM_BACKEND_SIM)
+            printf("  On sim the migrations follow the UVM driver: 2 MiB chunks, the least recently migrated copied\n"
+                   "  out first when the device is full, before the copy in (not beside it). Unified memory gets the\n"
+                   "  room the device allocations leave; a tensor larger than that room is evicted by its own\n"
+                   "  prefetch and faults back in, chunk by chunk, at its use, each fault paying the driver's\n"
+                   "  handling on top of its bytes: %.0f MiB crossed the link (the spill way: %.0f MiB).\n",
+                   res[WAY_UNIFIED].moved / (double)WL_MIB, res[WAY_SPILL].moved / (double)WL_MIB);
+    } else
         printf("- unified: FAILED: %s\n", res[WAY_UNIFIED].why);
     for (w = 0; w < WAYS; w++)
         if (res[w].bad_words) {

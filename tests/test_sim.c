@@ -1,8 +1,9 @@
 /* The backend under the allocator: streams run asynchronously and in order,
    events and cross-stream waits, copies move bytes, the link model paces
-   them, faults can be injected, device memory is capped. On CUDA the same
-   program checks the same behaviour of the real runtime, except the parts
-   only a simulation has (capacity, link model, injection). */
+   them, faults can be injected, device memory is capped, unified memory's
+   residency is modelled. On CUDA the same program checks the same
+   behaviour of the real runtime, except the parts only a simulation has
+   (capacity, link model, injection, unified memory's model). */
 #include "gm_test.h"
 
 #define MiB ((size_t)1 << 20)
@@ -240,6 +241,162 @@ static void test_big_untouched(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Unified memory (the sim's model of the UVM driver): residency per 2 MiB
+   chunk, checked by the links' byte counters (exact: the model is
+   deterministic) and, for time, by lower bounds only. */
+static void link_bytes(gm_context* ctx, uint64_t b[2]) {
+    uint64_t busy;
+    T_OK(gm_sim_link_stats(ctx, 0, &b[0], &busy));
+    T_OK(gm_sim_link_stats(ctx, 1, &b[1], &busy));
+}
+static int resident_ok(gm_context* ctx) { /* the LRU sums to resident, which fits beside device memory */
+    gm__sim* sim = (gm__sim*)ctx->bs;
+    gm__sim_chunk* c;
+    size_t sum = 0;
+    int ok;
+    pthread_mutex_lock(&sim->mu);
+    for (c = sim->lru; c; c = c->next) sum += gm__sim_clen(c);
+    ok = sum == sim->resident && sim->used + sim->resident <= sim->capacity;
+    pthread_mutex_unlock(&sim->mu);
+    return ok;
+}
+static size_t resident(gm_context* ctx) {
+    gm__sim* sim = (gm__sim*)ctx->bs;
+    size_t n;
+    pthread_mutex_lock(&sim->mu);
+    n = sim->resident;
+    pthread_mutex_unlock(&sim->mu);
+    return n;
+}
+static void prefetch(gm_context* ctx, void* p, size_t n, int to_dev) {
+    T_OK(ctx->be->managed_prefetch(ctx, p, n, to_dev, NULL));
+    T_OK(gm_stream_synchronize(ctx, NULL));
+}
+
+static void test_unified_memory(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    const double rate = 1024.0 * 1024 * 1024, chunk = 2.0 * (double)MiB / rate;
+    uint64_t b0[2], b1[2];
+    void *a, *b, *c, *raw;
+    unsigned char h[4096];
+    double t0, dt;
+    if (!t_sim) return;
+    d.sim.capacity = 16 * MiB;
+    d.sim.link_bytes_per_s = rate;
+    ctx = t_setup(d);
+    T_EQ(((gm__sim*)ctx->bs)->used, 0);
+    T_OK(ctx->be->managed_alloc(ctx, &a, 8 * MiB));
+    T_OK(ctx->be->managed_alloc(ctx, &b, 12 * MiB));
+    T_OK(ctx->be->managed_alloc(ctx, &c, 24 * MiB));
+    T_EQ(resident(ctx), 0); /* fresh memory is nowhere */
+
+    /* first touch populates the device without copying; a second prefetch
+       of what is there moves nothing */
+    link_bytes(ctx, b0);
+    prefetch(ctx, a, 8 * MiB, 1);
+    link_bytes(ctx, b1);
+    T_EQ(b1[0] - b0[0], 0);
+    T_EQ(resident(ctx), 8 * MiB);
+    prefetch(ctx, a, 8 * MiB, 1);
+    link_bytes(ctx, b0);
+    T_EQ(b0[0] - b1[0], 0);
+    T_EQ(b0[1] - b1[1], 0);
+    /* back to the host and in again: the bytes cross each way once */
+    prefetch(ctx, a, 8 * MiB, 0);
+    T_EQ(resident(ctx), 0);
+    prefetch(ctx, a, 8 * MiB, 1);
+    link_bytes(ctx, b1);
+    T_EQ(b1[1] - b0[1], 8 * MiB);
+    T_EQ(b1[0] - b0[0], 8 * MiB);
+    T_CHECK(resident_ok(ctx));
+
+    /* 12 MiB more than the 8 free: the two least recently migrated chunks of
+       a go out first, serialized with the migration in */
+    prefetch(ctx, b, 12 * MiB, 0); /* on the host, as after the CPU wrote it */
+    link_bytes(ctx, b0);
+    t0 = t_now();
+    prefetch(ctx, b, 12 * MiB, 1);
+    dt = t_now() - t0;
+    link_bytes(ctx, b1);
+    T_EQ(b1[0] - b0[0], 12 * MiB);
+    T_EQ(b1[1] - b0[1], 4 * MiB);
+    T_CHECK(dt >= 8 * chunk * 0.99); /* 6 chunks in, 2 out, no overlap */
+    T_EQ(resident(ctx), 16 * MiB);
+    T_CHECK(resident_ok(ctx));
+
+    /* a range larger than the device: the prefetch brings all 12 chunks in,
+       evicting the other 8 and 4 of its own, and the use after it misses in
+       every chunk (LRU under a cyclic walk): 12 more in, 12 more out */
+    prefetch(ctx, c, 24 * MiB, 0);
+    link_bytes(ctx, b0);
+    t0 = t_now();
+    prefetch(ctx, c, 24 * MiB, 1);
+    dt = t_now() - t0;
+    link_bytes(ctx, b1);
+    T_EQ(b1[0] - b0[0], 48 * MiB);
+    T_EQ(b1[1] - b0[1], 48 * MiB);
+    T_CHECK(dt >= 48 * chunk * 0.99);
+    T_EQ(resident(ctx), 16 * MiB);
+    T_CHECK(resident_ok(ctx));
+
+    /* a device allocation takes its room from resident chunks, and still
+       cannot have more than the device minus device memory */
+    link_bytes(ctx, b0);
+    T_OK(gm_raw_alloc(ctx, &raw, 6 * MiB));
+    link_bytes(ctx, b1);
+    T_EQ(b1[1] - b0[1], 6 * MiB);
+    T_EQ(resident(ctx), 10 * MiB);
+    T_CHECK(resident_ok(ctx));
+    {
+        void* big;
+        T_EQ(gm_raw_alloc(ctx, &big, 11 * MiB), GM_ERR_OUT_OF_MEMORY);
+    }
+    T_EQ(gm_check(ctx), 0);
+
+    /* a copy into a chunk on the host faults it in first (its 2 MiB, then
+       the copy's bytes), slower than a prefetch; the bytes land as written */
+    memset(h, 0xA5, sizeof h);
+    link_bytes(ctx, b0);
+    t0 = t_now();
+    T_OK(gm_memcpy_async(ctx, (char*)a + 4 * MiB, h, sizeof h, GM_COPY_DEFAULT, NULL));
+    T_OK(gm_stream_synchronize(ctx, NULL));
+    dt = t_now() - t0;
+    link_bytes(ctx, b1);
+    T_EQ(b1[0] - b0[0], 2 * MiB + sizeof h);
+    T_CHECK(dt >= chunk + GM__UVM_ROUNDS * GM__UVM_BATCH_NS * 1e-9);
+    T_CHECK(memcmp((char*)a + 4 * MiB, h, sizeof h) == 0);
+    prefetch(ctx, (char*)a + 4 * MiB, 2 * MiB, 1); /* now there: nothing moves */
+    link_bytes(ctx, b0);
+    T_EQ(b0[0] - b1[0], 0);
+    T_CHECK(resident_ok(ctx));
+
+    /* freeing a range drops its chunks from the device */
+    T_OK(ctx->be->managed_free(ctx, c, 24 * MiB));
+    T_CHECK(resident_ok(ctx));
+    T_EQ(resident(ctx), 2 * MiB); /* a's chunk the copy brought in */
+    T_OK(gm_raw_free(ctx, raw, 6 * MiB));
+    T_OK(ctx->be->managed_free(ctx, a, 8 * MiB));
+    T_OK(ctx->be->managed_free(ctx, b, 12 * MiB));
+    T_EQ(resident(ctx), 0);
+
+    /* less room than one chunk: it crosses the link both ways at the
+       prefetch and again at the use, and stays on the host */
+    T_OK(gm_raw_alloc(ctx, &raw, 15 * MiB));
+    T_OK(ctx->be->managed_alloc(ctx, &a, 2 * MiB));
+    prefetch(ctx, a, 2 * MiB, 0);
+    link_bytes(ctx, b0);
+    prefetch(ctx, a, 2 * MiB, 1);
+    link_bytes(ctx, b1);
+    T_EQ(b1[0] - b0[0], 4 * MiB);
+    T_EQ(b1[1] - b0[1], 4 * MiB);
+    T_EQ(resident(ctx), 0);
+    T_CHECK(resident_ok(ctx));
+    T_OK(ctx->be->managed_free(ctx, a, 2 * MiB));
+    T_OK(gm_raw_free(ctx, raw, 15 * MiB));
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_backend_choice(void) {
     gm_desc d = t_desc();
     gm_context* ctx = NULL;
@@ -276,5 +433,6 @@ int main(void) {
     test_link_model();
     test_faults_and_capacity();
     test_big_untouched();
+    test_unified_memory();
     return t_done();
 }
