@@ -18,9 +18,10 @@
      caching   every tensor from gm_alloc under the budget
      lru       tiered manager, host spill, least recently released first
      learned   tiered manager, host spill, learned order + prefetch ahead
-     managed   tiered manager with the unified-memory fallback (on sim a
-               managed tensor pays one host-to-device migration per use,
-               with no fault overhead: a flattering model of unified memory)
+     managed   tiered manager with the unified-memory fallback (on sim,
+               the UVM driver's model: 2 MiB chunks migrated by prefetch,
+               evicted least recently migrated first, faulted back in
+               batches when they could not stay)
      lru+disk, learned+disk
                the two tier policies with a host tier of a quarter of the
                working set and the disk tier below it (spill file in DIR)
