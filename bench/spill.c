@@ -18,7 +18,9 @@
      caching   every tensor from gm_alloc under the budget
      lru       tiered manager, host spill, least recently released first
      learned   tiered manager, host spill, learned order + prefetch ahead
-     managed   tiered manager with the unified-memory fallback (on sim,
+     managed   tiered manager with no host tier and the unified-memory
+               fallback: what does not fit the device lives in managed
+               memory, on a device the size of the budget (on sim,
                the UVM driver's model: 2 MiB chunks migrated by prefetch,
                evicted least recently migrated first, faulted back in
                batches when they could not stay)
@@ -268,7 +270,8 @@ static gm_context* make_ctx(const workload* w, size_t budget, int managed, int c
     d.backend = GM_BACKEND_SIM;
     d.ignore_env = 1;
     d.device_budget = budget;
-    d.host_budget = disk_dir ? ws_of(w) / 4 : ws_of(w) + 256 * MiB;
+    /* unified memory: no room below the device (a host tier smaller than any tensor), as in the demo */
+    d.host_budget = managed ? 4096 : disk_dir ? ws_of(w) / 4 : ws_of(w) + 256 * MiB;
     d.disk_dir = disk_dir;
     d.disk_depth = DEPTH;
     d.fallback = managed ? GM_FALLBACK_MANAGED : GM_FALLBACK_FAIL;
@@ -323,7 +326,7 @@ static result run_flat(workload* w, size_t budget, int raw) {
 
 static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int ahead, int managed) {
     result r;
-    gm_context* ctx = make_ctx(w, budget, managed, 0);
+    gm_context* ctx = make_ctx(w, budget, managed, managed); /* unified memory: the device is the budget */
     gm_tensor t[MAXT];
     gm_stream s;
     double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0, acq0 = 0, bl0 = 0, bld0 = 0;
