@@ -5194,24 +5194,31 @@ static void gm__gf2_square(uint32_t* sq, const uint32_t* mat) {
     int n;
     for (n = 0; n < 32; n++) sq[n] = gm__gf2_times(mat, mat[n]);
 }
-static uint32_t gm__crc32c_combine(uint32_t c1, uint32_t c2, size_t len2) {
+/* op: the operator that appends len zero bytes to a CRC (32 columns). */
+static void gm__crc32c_shift(uint32_t* op, size_t len) {
     uint32_t even[32], odd[32], row = 1;
-    int n;
-    if (!len2) return c1;
+    int n, have = 0;
     odd[0] = 0x82F63B78u; /* the operator for one zero bit */
     for (n = 1; n < 32; n++, row <<= 1) odd[n] = row;
     gm__gf2_square(even, odd); /* two zero bits */
     gm__gf2_square(odd, even); /* four */
-    do { /* then a byte, and each power of two bytes */
-        gm__gf2_square(even, odd);
-        if (len2 & 1) c1 = gm__gf2_times(even, c1);
-        len2 >>= 1;
-        if (!len2) break;
-        gm__gf2_square(odd, even);
-        if (len2 & 1) c1 = gm__gf2_times(odd, c1);
-        len2 >>= 1;
-    } while (len2);
-    return c1 ^ c2;
+    for (n = 0, row = 1; n < 32; n++, row <<= 1) op[n] = row; /* identity */
+    while (len) { /* a byte, then each power of two bytes */
+        uint32_t* sq = have ? odd : even;
+        uint32_t t[32];
+        gm__gf2_square(sq, have ? even : odd);
+        if (len & 1) {
+            for (n = 0; n < 32; n++) t[n] = gm__gf2_times(sq, op[n]);
+            memcpy(op, t, sizeof t);
+        }
+        len >>= 1;
+        have ^= 1;
+    }
+}
+static uint32_t gm__crc32c_combine(uint32_t c1, uint32_t c2, size_t len2) {
+    uint32_t op[32];
+    gm__crc32c_shift(op, len2);
+    return gm__gf2_times(op, c1) ^ c2;
 }
 
 /* Pinned host memory gpumem maps itself (an anonymous mapping, registered
@@ -5836,9 +5843,14 @@ static void gm__job_finish(gm__disk* dk, gm__job* j) {
             if (dk->slot[i].job == j) dk->slot[i].job = NULL;
     pthread_mutex_unlock(&dk->mu);
     if (j->res == GM_OK && j->kind == GM__J_READ_MEM && dk->checksum) { /* the chunks' CRCs, combined */
+        uint32_t op[32]; /* whole chunks: one operator for all */
         size_t c;
+        gm__crc32c_shift(op, dk->chunk);
         j->crc = j->ccrc[0];
-        for (c = 1; c < j->n; c++) j->crc = gm__crc32c_combine(j->crc, j->ccrc[c], gm__chunk_len(dk, j->bytes, c));
+        for (c = 1; c < j->n; c++)
+            j->crc = gm__chunk_len(dk, j->bytes, c) == dk->chunk
+                   ? gm__gf2_times(op, j->crc) ^ j->ccrc[c]
+                   : gm__crc32c_combine(j->crc, j->ccrc[c], gm__chunk_len(dk, j->bytes, c));
     }
     bad = j->res == GM_OK && (j->kind == GM__J_READ_MEM || j->kind == GM__J_READ_DEV) && dk->checksum && j->crc != j->want;
     pthread_mutex_lock(&dk->mu);
