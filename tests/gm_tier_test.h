@@ -16,6 +16,7 @@ typedef struct job {
     size_t n;
     unsigned seed;
     int write;
+    int every;  /* t_every_byte at launch: the global changes while work runs */
 } job;
 static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
 static long byte_errors;
@@ -31,7 +32,7 @@ static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed
 
 static void kernel(void* arg) {
     job* j = (job*)arg;
-    size_t i, bad = 0, step = j->n > 4096 && !t_every_byte ? 61 : 1; /* every byte of small ones; a sieve of big ones */
+    size_t i, bad = 0, step = j->n > 4096 && !j->every ? 61 : 1; /* every byte of small ones; a sieve of big ones */
     if (j->write) {
         for (i = 0; i < j->n; i++) j->p[i] = pat(j->seed, i);
     } else {
@@ -53,6 +54,7 @@ static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned s
     j->n = n;
     j->seed = seed;
     j->write = write;
+    j->every = t_every_byte;
     return gm_launch_host(ctx, s, kernel, j);
 }
 #else
@@ -100,6 +102,7 @@ static gm_result run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigned s
     j->n = n;
     j->seed = seed;
     j->write = 0;
+    j->every = t_every_byte;
     return gm_launch_host(ctx, s, kernel, j);
 }
 #endif
