@@ -552,7 +552,46 @@ typedef struct gm_tier_stats {
                                  bottleneck then) */
     int64_t disk_backlog_depth_ns; /* I/Os in flight integrated over that time: the ratio is the
                                  mean depth while work waits (disk_depth when the queue is kept full) */
+    /* the most tensor bytes each tier held since setup or gm_tier_reset_peaks */
+    int64_t peak_device_bytes, peak_host_bytes, peak_disk_bytes, peak_managed_bytes;
+    int64_t bytes_not_copied; /* bytes an acquire did not bring in: never written, or GM_ACCESS_OVERWRITE */
+    int64_t prefetch_wasted;  /* prefetched to the device, then evicted or destroyed before any acquire */
+    int64_t read_ahead_wasted;/* read from disk into the host tier ahead of use, then dropped unused */
+    int64_t plan_departures;  /* learned order: acquires the plan did not expect */
+    int64_t plan_lost;        /* times the acquires left every plan (prefetching stopped, LRU until
+                                 a known sequence began again) */
 } gm_tier_stats;
+
+/* What an acquire will do with the bytes. */
+typedef enum gm_access {
+    GM_ACCESS_READ_WRITE = 0, /* brought in; the release says whether they changed */
+    GM_ACCESS_READ,           /* brought in; released unchanged (GM_AS_ACQUIRED: not written) */
+    GM_ACCESS_OVERWRITE       /* the caller writes every byte before reading any: nothing is
+                                 brought in, and the release is written whatever it says */
+} gm_access;
+
+/* gm_tensor_release's `written`: as the acquires since the tensor was last
+   not acquired said (written unless every one was GM_ACCESS_READ). */
+#define GM_AS_ACQUIRED (-1)
+
+/* One tensor of a batch (gm_tensor_acquire_many / gm_tensor_release_many). */
+typedef struct gm_use {
+    gm_tensor tensor;
+    gm_access access;
+    void* ptr; /* set by gm_tensor_acquire_many */
+} gm_use;
+
+typedef struct gm_tensor_info {
+    size_t bytes;    /* as created (0 became 1) */
+    gm_tier tier;    /* as gm_tensor_where */
+    int priority, pinned;
+    unsigned acquired; /* nested acquires now */
+    int written;     /* 0: never released as written: holds no bytes, and moving it costs nothing */
+    int on_host, on_disk; /* valid copies below the device */
+} gm_tensor_info;
+
+/* gm_launch_host_copy copies this many bytes of argument at most. */
+#define GM_LAUNCH_ARG_MAX 256
 
 /* Setup and teardown. gm_setup fails with GM_ERR_NO_DEVICE when the chosen
    backend has no usable device, GM_ERR_INVALID_ARGUMENT for a NULL out. */
@@ -642,8 +681,13 @@ GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx);
 GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size,
                                      gm_copy_kind kind, gm_stream stream);
 /* Runs fn(user) on the stream, in order with its other work. fn must make
-   no gpumem and no CUDA call (CUDA forbids them in host functions). */
+   no gpumem and no CUDA call (CUDA forbids them in host functions). What
+   user points to must live until fn has run (gm_stream_synchronize tells);
+   gm_launch_host_copy copies `size` bytes of arg (at most
+   GM_LAUNCH_ARG_MAX) now, and fn gets a pointer to the copy, valid during
+   the call, so the caller's block may go at once. */
 GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream stream, gm_host_fn fn, void* user);
+GPUMEM_API gm_result gm_launch_host_copy(gm_context* ctx, gm_stream stream, gm_host_fn fn, const void* arg, size_t size);
 /* Device memory straight from the backend, bypassing the cache and the
    budget: the baseline the demo and benchmarks compare against.
    gm_raw_free takes only what gm_raw_alloc gave (GM_ERR_FOREIGN_POINTER
@@ -686,7 +730,30 @@ GPUMEM_API gm_result gm_tensor_evict(gm_context* ctx, gm_tensor t);
 GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor t, gm_tier tier);
 GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor t, int priority, int pinned);
 GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor t, gm_tier* tier);
+/* Access modes and batches.
+   gm_tensor_acquire is gm_tensor_acquire_as with GM_ACCESS_READ_WRITE.
+   A tensor never released as written holds no bytes: no acquire brings it
+   in, no eviction copies it out, in any tier. With GM_ACCESS_OVERWRITE
+   nothing is brought in either; the copies below stay valid until the
+   release (always written), so a failed acquire loses nothing.
+   gm_tensor_acquire_many acquires uses[0..n) on `stream` as n calls of
+   gm_tensor_acquire_as in that order would (same ordering guarantees,
+   one lock round-trip), making room for all of them at once, largest
+   first, with none of them a victim of another's room: either every one is
+   acquired (uses[i].ptr set) or none is (the first failure's result; what
+   was brought in stays, as a prefetch). A tensor may appear more than once
+   (nested acquires). gm_tensor_release_many releases them in reverse
+   order, each written unless its access is GM_ACCESS_READ; it checks every
+   use first and releases none when one is misused. */
+GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor t, gm_stream stream, gm_access access, void** ptr);
+GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* uses, size_t n, gm_stream stream);
+GPUMEM_API gm_result gm_tensor_release_many(gm_context* ctx, const gm_use* uses, size_t n, gm_stream stream);
+/* A tensor's size (0 for a handle that is not live), and its state. */
+GPUMEM_API size_t gm_tensor_size(gm_context* ctx, gm_tensor t);
+GPUMEM_API gm_result gm_tensor_get_info(gm_context* ctx, gm_tensor t, gm_tensor_info* out);
 GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out);
+/* The peak_* figures of gm_tier_stats start again from what is held now. */
+GPUMEM_API gm_result gm_tier_reset_peaks(gm_context* ctx);
 /* The eviction policy. With GM_EVICT_LEARNED, call gm_tier_step at the end
    of each training step: the order of that step's acquires becomes the
    plan for the next, the victim is the tensor used farthest ahead, and
@@ -5026,6 +5093,35 @@ GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream s, gm_host_fn fn,
     return ctx->be->launch_host(ctx, s, fn, user);
 }
 
+/* gm_launch_host_copy: the argument travels in a heap block with the
+   function; a trampoline calls it and frees the block. */
+typedef struct gm__hostcall {
+    gm_host_fn fn;
+    union { long double ld; void* p; long long ll; unsigned char b[GM_LAUNCH_ARG_MAX]; } arg; /* aligned for any type */
+} gm__hostcall;
+
+static void gm__hostcall_run(void* p) {
+    gm__hostcall* c = (gm__hostcall*)p;
+    c->fn(c->arg.b);
+    GPUMEM_FREE(c);
+}
+
+GPUMEM_API gm_result gm_launch_host_copy(gm_context* ctx, gm_stream s, gm_host_fn fn, const void* arg, size_t size) {
+    gm__hostcall* c;
+    gm_result r;
+    if (GM__BAD_CTX(ctx) || !fn || (size && !arg)) return GM_ERR_INVALID_ARGUMENT;
+    if (size > GM_LAUNCH_ARG_MAX)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "launch: %zu bytes of argument, more than GM_LAUNCH_ARG_MAX (%d)",
+                          size, GM_LAUNCH_ARG_MAX);
+    c = (gm__hostcall*)GPUMEM_MALLOC(sizeof *c);
+    if (!c) return GM_ERR_HOST_OUT_OF_MEMORY;
+    c->fn = fn;
+    if (size) memcpy(c->arg.b, arg, size);
+    r = ctx->be->launch_host(ctx, s, gm__hostcall_run, c);
+    if (r != GM_OK) GPUMEM_FREE(c);
+    return r;
+}
+
 /* Raw memory is kept in ctx->raw, so that gm_raw_free takes nothing else
    (a segment of the cache, a tensor's memory, pinned or managed memory)
    and gm_free refuses it, on every backend. */
@@ -6234,8 +6330,10 @@ static uint64_t gm__disk_off(const gm__disk* dk, const gm__block* b) { return (u
    - a copy is made valid only once its transfer completed (the disk's) or
      is queued in order (a stream's), and the copy it came from is given
      up only after that: a failed transfer leaves the tensor where it was;
-   - disk_valid with blank: the tensor was created on disk and never
-     written, so there are no bytes to read back;
+   - blank: the tensor was never released as written, so it holds no
+     bytes: the copies it has (room in any tier) are valid without a
+     transfer, nothing brings it in or copies it out, and it has no disk
+     job;
    - the disk's I/O runs in its engine (>>disk) as jobs: a job in flight
      owns the host block and the extent it moves bytes between; a tensor
      that lets go of them meanwhile (written, destroyed) leaves them to the
@@ -6289,7 +6387,10 @@ typedef struct gm__tensor {
     int prefetched;
     int priority, pinned;
     gm__block* disk;        /* extent in the spill file, or NULL */
-    int disk_valid, blank;
+    int disk_valid, blank;  /* blank: never written (see the invariants) */
+    int use_wr, use_ow;     /* the acquires since it was last not acquired: some wrote (not
+                               GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
+    int read_ahead;         /* its host copy was read from disk ahead of use, not used yet */
     uint32_t crc;           /* CRC32C of the bytes on disk */
     gm__job* job;           /* disk I/O in flight: the host copy (or the device copy, through
                                staging) being written to `disk` (not yet disk_valid), or `disk`
@@ -6332,6 +6433,8 @@ typedef struct gm__tier {
     void* vuser;
     gm_tensor* cand;        /* scratch for vfn */
     uint32_t ncandcap;
+    gm__tensor** batch;     /* scratch for the batch calls */
+    size_t nbatchcap;
     /* learned order: this step's acquires (rec), and the last step's as a
        plan: plan[q] is the tensor of the q-th acquire; use_at/use_first
        list each tensor's positions in ascending order (CSR) */
@@ -6612,6 +6715,8 @@ static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__block* b = x->host;
     if (!b) return;
     tm->host_used -= b->size;
+    if (x->read_ahead && x->host_valid) tm->st.read_ahead_wasted++;
+    x->read_ahead = 0;
     x->host = NULL;
     x->host_valid = 0;
     if (x->hr_seq > b->ord[0]) b->ord[0] = x->hr_seq;
@@ -6626,6 +6731,13 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
     else if (x->managed) tm->st.managed_bytes += b;
     if (x->host_valid) tm->st.host_bytes += b;
     if (x->disk_valid) tm->st.disk_bytes += b;
+    if (sign > 0) {
+        gm_tier_stats* st = &tm->st;
+        if (st->device_bytes > st->peak_device_bytes) st->peak_device_bytes = st->device_bytes;
+        if (st->host_bytes > st->peak_host_bytes) st->peak_host_bytes = st->host_bytes;
+        if (st->disk_bytes > st->peak_disk_bytes) st->peak_disk_bytes = st->disk_bytes;
+        if (st->managed_bytes > st->peak_managed_bytes) st->peak_managed_bytes = st->managed_bytes;
+    }
 }
 
 static uint32_t gm__handle_id(const gm__tier* tm, const gm__tensor* x) {
@@ -6635,7 +6747,7 @@ static uint32_t gm__handle_id(const gm__tier* tm, const gm__tensor* x) {
 static void gm__disk_drop(gm_context* ctx, gm__tensor* x) {
     if (x->disk) gm__arena_give(&((gm__disk*)ctx->disk)->ar, x->disk);
     x->disk = NULL;
-    x->disk_valid = x->blank = 0;
+    x->disk_valid = 0;
 }
 
 /* Gives up the device copy: `in`, which owns the memory, first passes the
@@ -6646,6 +6758,7 @@ static void gm__dev_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm));
     gm__free(ctx, x->dev, GM__OWN_TENSOR);
     x->dev = NULL;
+    if (x->prefetched) tm->st.prefetch_wasted++;
     x->prefetched = 0;
     x->ready_seq = 0;
 }
@@ -6785,7 +6898,7 @@ static void gm__job_detach(gm__tier* tm, gm__tensor* x) {
     x->host = NULL;
     x->host_valid = 0;
     x->disk = NULL;
-    x->disk_valid = x->blank = 0;
+    x->disk_valid = 0;
     x->job = NULL;
     gm__tier_count(tm, x, 1);
 }
@@ -6799,6 +6912,13 @@ static gm_result gm__disk_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__job* j;
     if (!dk || x->job || !x->host_valid || x->disk_valid) return GM_OK;
     if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
+    if (x->blank) { /* no bytes: the room is the copy */
+        gm__tier_count(tm, x, -1);
+        x->disk = e;
+        x->disk_valid = 1;
+        gm__tier_count(tm, x, 1);
+        return GM_OK;
+    }
     if (!(j = gm__job_new(dk, GM__J_WRITE_MEM, gm__disk_off(dk, e), x->bytes))) {
         gm__arena_give(&dk->ar, e);
         return GM_ERR_HOST_OUT_OF_MEMORY;
@@ -6822,7 +6942,7 @@ static gm_result gm__dev_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__block* e;
     gm__job* j;
-    if (!dk || x->job || !x->dev || x->host_valid || x->disk_valid || x->acquired) return GM_OK;
+    if (!dk || x->job || !x->dev || x->host_valid || x->disk_valid || x->acquired || x->blank) return GM_OK;
     if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
     if (!(j = gm__job_new(dk, GM__J_WRITE_DEV, gm__disk_off(dk, e), x->bytes))) {
         gm__arena_give(&dk->ar, e);
@@ -6875,7 +6995,15 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (x->disk_valid) return GM_OK;
     if (!dk) return GM_ERR_UNSUPPORTED;
     if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
-    if (x->host_valid) {
+    if (x->host_valid || x->blank) {
+        if (!x->host_valid) { /* blank on the device: an extent is the copy */
+            if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
+            gm__tier_count(tm, x, -1);
+            x->disk = e;
+            x->disk_valid = 1;
+            gm__tier_count(tm, x, 1);
+            return GM_OK;
+        }
         r = gm__disk_behind(ctx, tm, x);
         if (r == GM_OK) r = gm__io_wait(ctx, tm, x);
         return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
@@ -6902,6 +7030,10 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return GM_OK;
 }
 
+/* Whether a copy above the host tier holds x's bytes: its unified-memory
+   copy, or its device copy unless that is room only (gm__room_mark). */
+#define GM__HOLDS(x) (((x)->dev && (x)->prefetched != 2) || (x)->managed)
+
 /* A host copy to give up for room, cheapest first: one the device also
    holds (free), then one on disk too (a read if it is wanted again), then,
    with can_write, one that must first be written to disk; within each,
@@ -6920,7 +7052,7 @@ static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int c
         int kept;
         uint64_t when, nu;
         if (!x->live || !x->host_valid || x == except || x->acquired || x->job) continue;
-        kept = x->dev || x->managed ? 0 : x->disk_valid ? 1 : 2; /* 2: the only copy, must be written */
+        kept = GM__HOLDS(x) ? 0 : x->disk_valid ? 1 : 2; /* 2: the only copy, must be written */
         if (kept == 2 && !can_write) continue;
         nu = tm->policy == GM_EVICT_LEARNED ? gm__next_use(tm, i) : 0;
         if (after && nu <= after) continue;
@@ -6957,7 +7089,7 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
         }
         if (!v) v = gm__host_victim(tm, except, ctx->disk != NULL, 0);
         if (!v) break;
-        if (!v->dev && !v->managed && !v->disk_valid) {
+        if (!GM__HOLDS(v) && !v->disk_valid) {
             if (gm__to_disk(ctx, tm, v) != GM_OK) break;
             tm->st.host_demotions++;
             if (!v->host_valid) continue; /* its copy went while it waited (a write's end applied) */
@@ -6984,7 +7116,7 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
            are written, and no other */
         for (i = 0; i < tm->n; i++) {
             gm__tensor* x = &tm->t[i];
-            if (!x->live || !x->host_valid || x->job || x->acquired || x->dev || x->managed || x->disk_valid) continue;
+            if (!x->live || !x->host_valid || x->job || x->acquired || GM__HOLDS(x) || x->disk_valid) continue;
             if (!gm__leaves(tm, i)) continue;
             if (gm__disk_behind(ctx, tm, x) != GM_OK) return;
             tm->st.host_demotions++;
@@ -6994,14 +7126,14 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
     free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
     for (i = 0; i < tm->n; i++) {
         const gm__tensor* x = &tm->t[i];
-        if (x->live && x->host_valid && (x->dev || x->managed || x->disk_valid || x->job)) soon += x->host->size;
+        if (x->live && x->host_valid && (GM__HOLDS(x) || x->disk_valid || x->job)) soon += x->host->size;
     }
     while (free_room + soon < ctx->desc.host_budget / 2) {
         gm__tensor* v = NULL;
         for (i = 0; i < tm->n; i++) { /* the coldest copy held nowhere else */
             gm__tensor* x = &tm->t[i];
             uint64_t when;
-            if (!x->live || !x->host_valid || x->job || x->acquired || x->dev || x->managed || x->disk_valid) continue;
+            if (!x->live || !x->host_valid || x->job || x->acquired || GM__HOLDS(x) || x->disk_valid) continue;
             when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, i) : x->stamp;
             if (!v || x->priority < v->priority ||
                 (x->priority == v->priority && when < (tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, (uint32_t)(v - tm->t)) : v->stamp)))
@@ -7041,6 +7173,21 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
     if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* written behind: it ends soonest */
     clean = x->host_valid || x->disk_valid;
+    if (!clean && x->blank) { /* never written: room below is its copy, and nothing moves */
+        gm__block* hb = x->host ? x->host : gm__host_alloc(ctx, tm, x->bytes);
+        gm__block* e = hb || !ctx->disk ? NULL : gm__disk_alloc(ctx, (gm__disk*)ctx->disk, x->bytes);
+        if (!hb && !e) hb = gm__host_room(ctx, tm, x->bytes, x);
+        if (!hb && !e) {
+            gm__log(ctx, GM_LOG_WARN, "tier: no room below the device for tensor %#x (%zu bytes, never written): "
+                    "it stays on the device", gm__handle_id(tm, x), x->bytes);
+            return GM_ERR_HOST_OUT_OF_MEMORY;
+        }
+        gm__tier_count(tm, x, -1);
+        if (hb) x->host = hb, x->host_valid = 1;
+        else x->disk = e, x->disk_valid = 1;
+        gm__tier_count(tm, x, 1);
+        clean = 1;
+    }
     if (!clean) {
         int fresh = !x->host;
         /* learned order: a tensor Belady's order sends to disk takes only free host room
@@ -7101,7 +7248,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
         uint64_t nu;
         x = GM__LRU(tm, k);
         if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
-        if (swap && (x->job || x->host || x->bytes > swap->host->size || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
+        if (swap && (x->job || x->host || x->prefetched == 2 || x->bytes > swap->host->size || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
             continue;
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
             if (n == tm->ncandcap) {
@@ -7268,7 +7415,7 @@ static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* 
     return r;
 }
 
-static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank) {
     gm__tensor* v;
     char *dev, *host;
     size_t off, done;
@@ -7292,16 +7439,16 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     dev = (char*)v->dev;
     host = (char*)x->host->addr;
     for (off = 0; off < v->bytes || off < x->bytes; off += GM__SWAP_CHUNK) {
-        size_t out = off < v->bytes ? GM__SWAP_PART(v->bytes - off) : 0;
-        size_t in = off < x->bytes ? GM__SWAP_PART(x->bytes - off) : 0;
+        size_t out = off < v->bytes && !v->blank ? GM__SWAP_PART(v->bytes - off) : 0;
+        size_t in = off < x->bytes && !blank ? GM__SWAP_PART(x->bytes - off) : 0;
         r = gm__swap_chunk(ctx, tm, dev + off, host + off, out, in);
         if (r != GM_OK) break;
     }
     if (r != GM_OK) {
         gm_result u = GM_OK;
         for (done = 0; done < off && u == GM_OK; done += GM__SWAP_CHUNK) { /* trade the traded chunks back */
-            size_t out = done < v->bytes ? GM__SWAP_PART(v->bytes - done) : 0;
-            size_t in = done < x->bytes ? GM__SWAP_PART(x->bytes - done) : 0;
+            size_t out = done < v->bytes && !v->blank ? GM__SWAP_PART(v->bytes - done) : 0;
+            size_t in = done < x->bytes && !blank ? GM__SWAP_PART(x->bytes - done) : 0;
             u = gm__swap_chunk(ctx, tm, dev + done, host + done, in, out);
         }
         if (u != GM_OK)
@@ -7317,6 +7464,7 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     x->dev = v->dev;
     x->ready_seq = 0; /* whole: every copy was waited for */
     v->dev = NULL;
+    if (v->prefetched) tm->st.prefetch_wasted++;
     v->prefetched = 0;
     v->ready_seq = 0;
     v->host = x->host;
@@ -7330,8 +7478,9 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__lru_del(tm, v);
     tm->st.evictions++;
     tm->st.swaps++;
-    tm->st.bytes_to_host += (int64_t)v->bytes;
-    tm->st.bytes_to_device += (int64_t)x->bytes;
+    if (!v->blank) tm->st.bytes_to_host += (int64_t)v->bytes;
+    if (!blank) tm->st.bytes_to_device += (int64_t)x->bytes;
+    else tm->st.bytes_not_copied += (int64_t)x->bytes;
     gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) swapped in for tensor %#x (%zu bytes): device and host full",
             gm__handle_id(tm, x), x->bytes, gm__handle_id(tm, v), v->bytes);
     return GM_OK;
@@ -7340,32 +7489,33 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
 /* Brings x to the device for stream s: room allocated on `in`, the copy on
    `in` (from the host copy once whole, else from disk through the staging
    slots), ready_seq marked after it (or after the allocation, when there
-   is nothing to copy). On failure the room goes back and x stays in the
-   tier it was in. */
-static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative) {
+   is nothing to copy: x is blank, or `overwrite`, its bytes not wanted).
+   On failure the room goes back and x stays in the tier it was in. */
+static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
+                              int overwrite) {
     gm_result r;
-    int from_disk;
+    int from_disk, nocopy = x->blank || overwrite;
     if (x->dev || x->managed) return GM_OK;
-    if (x->job && !x->host_valid) { /* a read into the host tier is under way: it is the quickest way in */
+    if (!nocopy && x->job && !x->host_valid) { /* a read into the host tier is under way: it is the quickest way in */
         if (speculative) return GM_OK;
         (void)gm__io_wait(ctx, tm, x); /* failed: read again below */
     }
-    if (speculative && !x->host_valid && x->disk_valid && !x->blank) { /* no wait for the disk: into the host tier */
+    if (!nocopy && speculative && !x->host_valid && x->disk_valid) { /* no wait for the disk: into the host tier */
         (void)gm__read_ahead(ctx, tm, x, tm->evict_after);
         return GM_OK;
     }
     gm__tier_count(tm, x, -1);
-    from_disk = !x->host_valid && x->disk_valid && !x->blank;
-    r = gm__dev_room(ctx, tm, x, s, speculative, !x->host_valid && !from_disk);
+    from_disk = !nocopy && !x->host_valid && x->disk_valid;
+    r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk));
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !from_disk) {
-        gm_result w = gm__swap_in(ctx, tm, x);
+        gm_result w = gm__swap_in(ctx, tm, x, x->blank); /* an overwrite keeps its bytes until the release */
         if (w == GM_OK) {
             gm__tier_count(tm, x, 1);
             return GM_OK;
         }
         if (w != GM_ERR_OUT_OF_MEMORY) r = w; /* a copy of the swap failed: say so */
     }
-    if (r == GM_OK && (x->host_valid || from_disk)) {
+    if (r == GM_OK && !nocopy && (x->host_valid || from_disk)) {
         void* dst = x->dev ? x->dev : x->managed;
         /* into unified memory by the copy engine in stream order (a host copy would touch it from the
            CPU, which devices without concurrent managed access fault), then the prefetch after it */
@@ -7399,9 +7549,13 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         } else {
             if (from_disk) tm->st.bytes_from_disk += (int64_t)x->bytes;
             tm->st.bytes_to_device += (int64_t)x->bytes;
+            x->read_ahead = 0;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) %s to the device from the %s tier",
+                    gm__handle_id(tm, x), x->bytes, speculative ? "prefetched" : "brought", from_disk ? "disk" : "host");
         }
     } else if (r == GM_OK && x->dev) { /* nothing to copy: users wait only for `in` to own the memory */
         x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
+        if (x->host_valid || x->disk_valid) tm->st.bytes_not_copied += (int64_t)x->bytes;
     }
     gm__tier_count(tm, x, 1);
     return r;
@@ -7431,17 +7585,34 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
    as it was: dirty, on the device. */
 static void gm__write_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     int fresh = !x->host;
-    if (!x->dev || x->acquired || x->host_valid || x->disk_valid) return;
+    if (!x->dev || x->acquired || x->host_valid || x->disk_valid || x->blank) return;
     if (fresh && (x->host = gm__host_alloc(ctx, tm, x->bytes)) == NULL) return;
     if (gm__copy_out(ctx, tm, x) != GM_OK && fresh) gm__host_free(ctx, tm, x);
 }
 
-/* Learned order, after an acquire: note it, then bring in the next tensors
-   of the plan, evicting only tensors used later than each of them; while
-   the plan evicts (in this step or the last), the next victim's copy to
-   host starts at once (write-behind). */
-static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s) {
-    uint32_t q;
+/* A device copy without the tensor's bytes (prefetched == 2, "room only"):
+   brought in for an overwrite while a copy below still holds them. Only
+   an overwrite may take it as it is; anything else drops it and brings
+   the bytes in. A blank tensor's room is never marked: it has no bytes. */
+static void gm__room_mark(gm__tensor* x) {
+    if (x->dev && !x->blank && (x->host_valid || x->disk_valid)) x->prefetched = 2;
+}
+
+static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__tier_count(tm, x, -1);
+    gm__dev_drop(ctx, tm, x); /* counted as a wasted prefetch when it was one */
+    gm__tier_count(tm, x, 1);
+}
+
+/* Learned order, after an acquire: note it (the plan's entries are tensor
+   indices, GM__PLAN_OW set where the acquire overwrote), then bring in the
+   next tensors of the plan, evicting only tensors used later than each of
+   them (an overwrite's without its bytes); while the plan evicts (in this
+   step or the last), the next victim's copy to host starts at once
+   (write-behind). */
+#define GM__PLAN_OW 0x80000000u
+#define GM__PLAN_T(e) ((e) & ~GM__PLAN_OW)
+static void gm__learn_note(gm__tier* tm, gm__tensor* x, int overwrite) {
     if (tm->nrec == tm->caprec) {
         uint32_t cap = tm->caprec ? tm->caprec * 2 : 1024;
         uint32_t* r = (uint32_t*)gm__grow_array(tm->rec, tm->caprec * sizeof *r, cap * sizeof *r);
@@ -7449,31 +7620,39 @@ static void gm__learned_step(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_st
         tm->rec = r;
         tm->caprec = cap;
     }
-    tm->rec[tm->nrec++] = (uint32_t)(x - tm->t);
+    tm->rec[tm->nrec++] = (uint32_t)(x - tm->t) | (overwrite ? GM__PLAN_OW : 0u);
     tm->pos++;
+}
+
+static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
+    uint32_t q;
     for (q = 1; tm->nplan && q <= (uint32_t)tm->ahead; q++) {
-        uint32_t at = (tm->pos + q - 1) % tm->nplan;
-        gm__tensor* y = &tm->t[tm->plan[at]];
+        uint32_t e = tm->plan[(tm->pos + q - 1) % tm->nplan];
+        gm__tensor* y = &tm->t[GM__PLAN_T(e)];
+        int ow = (e & GM__PLAN_OW) != 0;
         gm_result r;
         if (!y->live || y->dev || y->managed || y->acquired) continue;
-        if (!y->host_valid && (y->job || (y->disk_valid && !y->blank))) { /* on disk: into the host tier first */
+        if (!ow && !y->blank && !y->host_valid && (y->job || y->disk_valid)) { /* on disk: into the host tier first */
             (void)gm__read_ahead(ctx, tm, y, q);
             continue;
         }
         tm->evict_after = q;
         y->acquired++; /* not a victim of its own room */
-        r = gm__bring_in(ctx, tm, y, s, 1);
+        r = gm__bring_in(ctx, tm, y, s, 1, ow);
         y->acquired--;
         tm->evict_after = 0;
         if (r != GM_OK || !y->dev) break; /* no room without evicting sooner needs */
         y->prefetched = 1;
+        if (ow) gm__room_mark(y);
         gm__lru_push(tm, y);
     }
     if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room */
         uint32_t far = tm->nplan < 256 ? tm->nplan : 256;
         for (q = (uint32_t)tm->ahead + 1; q <= far; q++) {
-            gm__tensor* y = &tm->t[tm->plan[(tm->pos + q - 1) % tm->nplan]];
-            if (!y->live || y->dev || y->managed || y->host || y->job || !y->disk_valid || y->blank) continue;
+            uint32_t e = tm->plan[(tm->pos + q - 1) % tm->nplan];
+            gm__tensor* y = &tm->t[GM__PLAN_T(e)];
+            if ((e & GM__PLAN_OW) || !y->live || y->dev || y->managed || y->host || y->job || !y->disk_valid || y->blank)
+                continue;
             if (!gm__read_ahead(ctx, tm, y, q)) break;
         }
     }
@@ -7531,7 +7710,7 @@ static void gm__plan_belady(gm_context* ctx, gm__tier* tm) {
         for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
         for (p = 0; p < n; p++) {
             uint32_t u, first, end;
-            t = tm->plan[p];
+            t = GM__PLAN_T(tm->plan[p]);
             u = occ[t]++;
             first = tm->use_first[t];
             end = tm->use_first[t + 1];
@@ -7597,9 +7776,9 @@ GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
         pthread_mutex_unlock(&tm->mu);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
-    for (i = 0; i < tm->nrec; i++) first[tm->rec[i] + 2]++;
+    for (i = 0; i < tm->nrec; i++) first[GM__PLAN_T(tm->rec[i]) + 2]++;
     for (i = 2; i < tm->n + 2; i++) first[i] += first[i - 1];
-    for (i = 0; i < tm->nrec; i++) at[first[tm->rec[i] + 1]++] = i; /* ascending, as recorded */
+    for (i = 0; i < tm->nrec; i++) at[first[GM__PLAN_T(tm->rec[i]) + 1]++] = i; /* ascending, as recorded */
     GPUMEM_FREE(tm->use_first);
     GPUMEM_FREE(tm->use_at);
     GPUMEM_FREE(tm->plan);
@@ -7657,6 +7836,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     }
     x->bytes = bytes;
     x->live = 1;
+    x->blank = 1; /* no bytes until written */
     /* room: the device (evicting others if needed), else the host tier,
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
@@ -7669,7 +7849,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
             x->host_valid = 1;
             r = GM_OK;
         } else if (ctx->disk && (x->disk = gm__disk_alloc(ctx, (gm__disk*)ctx->disk, bytes)) != NULL) {
-            x->disk_valid = x->blank = 1;
+            x->disk_valid = 1;
             r = GM_OK;
         } else {
             r = gm__dev_room(ctx, tm, x, NULL, 0, 1);
@@ -7711,68 +7891,97 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     return GM_OK;
 }
 
-GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s, void** ptr) {
-    uint64_t t0 = gm__now_ns();
-    gm_result r = GM_OK;
-    GM__TIER_ENTER(ctx, tm, x, h)
-    if (!ptr || (x->acquired && x->stream != s)) {
-        pthread_mutex_unlock(&tm->mu);
-        if (!ptr) return GM_ERR_INVALID_ARGUMENT;
+/* An acquire in three steps, shared by one-at-a-time and batches: checked
+   (nothing changes), held (x cannot be a victim while room is made), then
+   brought in, then finished (the stream ordered after what x waits for).
+   A release likewise: checked, then done. */
+/* Whether every use of x in the batch overwrites. */
+static int gm__batch_ow(const gm_use* u, gm__tensor* const* xs, size_t n, const gm__tensor* x) {
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (xs[j] == x && u[j].access != GM_ACCESS_OVERWRITE) return 0;
+    return 1;
+}
+
+static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s, gm_access a) {
+    if ((int)a < 0 || a > GM_ACCESS_OVERWRITE)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: access %d of tensor %#x is none of gm_access", (int)a, h.id);
+    if (x->acquired && x->stream != s)
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is acquired on another stream", h.id);
-    }
-    if (!x->acquired && !ctx->be->stream_valid(ctx, s)) {
-        pthread_mutex_unlock(&tm->mu);
+    if (!x->acquired && !ctx->be->stream_valid(ctx, s))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown stream %p", (void*)s);
-    }
-    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
-    x->acquired++; /* no eviction of x while room is made for it */
-    gm__lru_del(tm, x);
-    if (x->managed) { /* unified memory: ask for it on the device, ordered on s */
-        tm->st.bytes_to_device += (int64_t)x->bytes;
-        (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
-    } else if (x->dev && x->prefetched) {
-        tm->st.prefetch_hits++;
-        x->prefetched = 0;
-    } else if (!x->dev && !x->managed) {
-        tm->st.prefetch_misses++;
-        r = gm__bring_in(ctx, tm, x, s, 0);
-    }
-    if (r != GM_OK) {
-        x->acquired--;
-        if (x->dev && !x->acquired) gm__lru_push(tm, x);
-        pthread_mutex_unlock(&tm->mu);
-        return r;
-    }
-    /* s waits, on the device, for the copy in (or for `in` to own the memory), for a copy out that
-       may still read what the caller will write, and for the last release on another stream */
-    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, s);
-    if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, s);
-    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, s);
-    x->stream = s;
-    x->stamp = ++tm->clock;
-    *ptr = x->dev ? x->dev : x->managed;
-    if (tm->policy == GM_EVICT_LEARNED) gm__learned_step(ctx, tm, x, s);
-    tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
-    pthread_mutex_unlock(&tm->mu);
     return GM_OK;
 }
 
-GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s, int written) {
+static void gm__acq_hold(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
+    if (!x->acquired++) x->use_wr = x->use_ow = 0; /* the first of a nest */
+    gm__lru_del(tm, x);
+}
+
+static void gm__acq_unhold(gm__tier* tm, gm__tensor* x) {
+    x->acquired--;
+    if (x->dev && !x->acquired) gm__lru_push(tm, x);
+}
+
+static gm_result gm__acq_bring(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, gm_access a) {
+    if (x->managed) { /* unified memory: ask for it on the device, ordered on s */
+        tm->st.bytes_to_device += (int64_t)x->bytes;
+        (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
+    } else if (x->dev && x->prefetched == 2 && a != GM_ACCESS_OVERWRITE) { /* room only: the bytes are wanted */
+        gm__room_drop(ctx, tm, x);
+    } else if (x->dev && x->prefetched) {
+        tm->st.prefetch_hits++;
+        x->prefetched = 0;
+    }
+    if (!x->dev && !x->managed) {
+        tm->st.prefetch_misses++;
+        return gm__bring_in(ctx, tm, x, s, 0, a == GM_ACCESS_OVERWRITE);
+    }
+    return GM_OK;
+}
+
+/* s waits, on the device, for the copy in (or for `in` to own the memory), for a copy out that may
+   still read what the caller will write, and for the last release on another stream. */
+static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, gm_access a) {
+    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, s);
+    if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, s);
+    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, s);
+    if (a != GM_ACCESS_READ) { /* may be written from now: the room below held no bytes, and goes */
+        if (x->blank && (x->host_valid || x->disk_valid)) {
+            gm__tier_count(tm, x, -1);
+            gm__host_free(ctx, tm, x);
+            gm__disk_drop(ctx, x);
+            gm__tier_count(tm, x, 1);
+        }
+        x->use_wr = 1;
+        x->blank = 0;
+    }
+    if (a == GM_ACCESS_OVERWRITE) x->use_ow = 1;
+    x->stream = s;
+    x->prefetched = 0;
+    x->stamp = ++tm->clock;
+    return x->dev ? x->dev : x->managed;
+}
+
+static gm_result gm__rel_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s) {
+    if (!x->acquired) return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: release of tensor %#x, which is not acquired", h.id);
+    if (x->stream != s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
+    return GM_OK;
+}
+
+static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int written) {
     uint32_t ti;
-    GM__TIER_ENTER(ctx, tm, x, h)
-    if (!x->acquired) {
-        pthread_mutex_unlock(&tm->mu);
-        return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: release of tensor %#x, which is not acquired", h.id);
-    }
-    if (x->stream != s) {
-        pthread_mutex_unlock(&tm->mu);
-        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
-    }
+    written = written == GM_AS_ACQUIRED ? x->use_wr : written != 0;
+    written |= x->use_ow; /* an overwrite's bytes are new whatever the caller says */
     if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead */
         ctx->be->stream_sync(ctx, s);
         ti = 0, x->done_seq = 0;
     }
-    if (written) gm__job_detach(tm, x); /* a write to disk under way is stale: it keeps what it moves */
+    if (written) {
+        x->blank = 0;
+        gm__job_detach(tm, x); /* a write to disk under way is stale: it keeps what it moves */
+    }
     if (written && (x->host_valid || x->disk_valid)) { /* copies below are stale: their space goes back */
         gm__tier_count(tm, x, -1);
         gm__host_free(ctx, tm, x); /* kept until the copies in and out of it completed */
@@ -7785,8 +7994,185 @@ GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s
     }
     x->stamp = ++tm->clock;
     if (--x->acquired == 0 && x->dev) gm__lru_push(tm, x);
+}
+
+GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor h, gm_stream s, gm_access a, void** ptr) {
+    uint64_t t0 = gm__now_ns();
+    gm_result r;
+    GM__TIER_ENTER(ctx, tm, x, h)
+    r = ptr ? gm__acq_check(ctx, x, h, s, a) : GM_ERR_INVALID_ARGUMENT;
+    if (r == GM_OK) {
+        gm__acq_hold(ctx, tm, x); /* no eviction of x while room is made for it */
+        r = gm__acq_bring(ctx, tm, x, s, a);
+        if (r != GM_OK) gm__acq_unhold(tm, x);
+    }
+    if (r == GM_OK) {
+        *ptr = gm__acq_finish(ctx, tm, x, s, a);
+        if (tm->policy == GM_EVICT_LEARNED) {
+            gm__learn_note(tm, x, a == GM_ACCESS_OVERWRITE);
+            gm__learn_ahead(ctx, tm, s);
+        }
+        tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
+    }
+    pthread_mutex_unlock(&tm->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor h, gm_stream s, void** ptr) {
+    return gm_tensor_acquire_as(ctx, h, s, GM_ACCESS_READ_WRITE, ptr);
+}
+
+GPUMEM_API gm_result gm_tensor_release(gm_context* ctx, gm_tensor h, gm_stream s, int written) {
+    gm_result r;
+    GM__TIER_ENTER(ctx, tm, x, h)
+    r = gm__rel_check(ctx, x, h, s);
+    if (r == GM_OK) gm__rel_do(ctx, tm, x, s, written);
+    pthread_mutex_unlock(&tm->mu);
+    return r;
+}
+
+/* The batch's tensors, looked up and checked, or the first misuse. */
+static int gm__ptr_cmp(const void* a, const void* b) {
+    uintptr_t x = (uintptr_t)*(gm__tensor* const*)a, y = (uintptr_t)*(gm__tensor* const*)b;
+    return x < y ? -1 : x > y;
+}
+
+/* xs: room for 2n (the second half is scratch). */
+static gm_result gm__batch_get(gm_context* ctx, gm__tier* tm, const gm_use* u, size_t n, gm_stream s, int acquire,
+                               gm__tensor** xs) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        gm_result r;
+        gm__tensor* x = gm__tensor_get(ctx, u[i].tensor);
+        if (!x)
+            return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, u[i].tensor.ctx_id != ctx->serial
+                              ? "tier: tensor %#x is a handle of another context" : "tier: tensor %#x is not live",
+                              u[i].tensor.id);
+        r = acquire ? gm__acq_check(ctx, x, u[i].tensor, s, u[i].access) : gm__rel_check(ctx, x, u[i].tensor, s);
+        if (r != GM_OK) return r;
+        xs[i] = x;
+    }
+    if (!acquire) { /* a tensor released k times in the batch must be acquired k times: count runs */
+        gm__tensor** sorted = xs + n;
+        memcpy(sorted, xs, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, gm__ptr_cmp);
+        for (i = 0; i < n;) {
+            size_t k = 1;
+            while (i + k < n && sorted[i + k] == sorted[i]) k++;
+            if (k > sorted[i]->acquired)
+                return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: the batch releases tensor %#x %zu times; it is acquired %u",
+                                  gm__handle_id(tm, sorted[i]), k, sorted[i]->acquired);
+            i += k;
+        }
+    }
+    return GM_OK;
+}
+
+static gm__tensor** gm__batch_scratch(gm__tier* tm, size_t n) {
+    if (n > tm->nbatchcap) {
+        gm__tensor** b = (gm__tensor**)gm__grow_array(tm->batch, tm->nbatchcap * sizeof *b, n * 2 * sizeof *b);
+        if (!b) return NULL;
+        tm->batch = b;
+        tm->nbatchcap = n * 2;
+    }
+    return tm->batch;
+}
+
+GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* u, size_t n, gm_stream s) {
+    uint64_t t0 = gm__now_ns();
+    gm__tier* tm;
+    gm__tensor **xs, **order;
+    gm_result r = GM_OK;
+    size_t i, j, nb = 0;
+    if (GM__BAD_CTX(ctx) || (n && !u)) return GM_ERR_INVALID_ARGUMENT;
+    for (i = 0; i < n; i++) u[i].ptr = NULL;
+    if (!n) return GM_OK;
+    tm = gm__tier_of(ctx);
+    if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made");
+    pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
+    xs = gm__batch_scratch(tm, 2 * n);
+    if (!xs) r = GM_ERR_HOST_OUT_OF_MEMORY;
+    if (r == GM_OK) r = gm__batch_get(ctx, tm, u, n, s, 1, xs);
+    if (r != GM_OK) {
+        pthread_mutex_unlock(&tm->mu);
+        return r;
+    }
+    order = xs + n;
+    for (i = 0; i < n; i++) gm__acq_hold(ctx, tm, xs[i]); /* every one held first: none is a victim of another's room */
+    for (i = 0; i < n; i++) {
+        gm__tensor* x = xs[i];
+        if (x->dev && x->prefetched == 2 && !gm__batch_ow(u, xs, n, x)) gm__room_drop(ctx, tm, x); /* bytes wanted */
+        if (x->dev && x->prefetched) tm->st.prefetch_hits++;
+        if (!x->dev && !x->managed) order[nb++] = x;
+    }
+    for (i = 1; i < nb; i++) { /* largest first (insertion sort: a layer's handful) */
+        gm__tensor* y = order[i];
+        for (j = i; j > 0 && order[j - 1]->bytes < y->bytes; j--) order[j] = order[j - 1];
+        order[j] = y;
+    }
+    for (i = 0; i < nb && r == GM_OK; i++) {
+        gm__tensor* x = order[i];
+        int ow = gm__batch_ow(u, xs, n, x); /* without its bytes only if every use of it overwrites */
+        if (x->dev || x->managed) continue; /* twice in the batch */
+        tm->st.prefetch_misses++;
+        r = gm__bring_in(ctx, tm, x, s, 0, ow);
+        if (r == GM_OK && ow) gm__room_mark(x);
+    }
+    if (r != GM_OK) { /* none is acquired; what came in stays as a prefetch, unless it holds no bytes */
+        for (i = 0; i < nb; i++)
+            if (order[i]->dev && order[i]->prefetched == 2) {
+                order[i]->prefetched = 0;
+                gm__room_drop(ctx, tm, order[i]);
+            }
+        for (i = n; i-- > 0;) gm__acq_unhold(tm, xs[i]);
+        pthread_mutex_unlock(&tm->mu);
+        return r;
+    }
+    for (i = 0; i < n; i++) {
+        gm__tensor* x = xs[i];
+        if (x->managed) { /* unified memory: ask for it on the device, ordered on s */
+            tm->st.bytes_to_device += (int64_t)x->bytes;
+            (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
+        }
+        u[i].ptr = gm__acq_finish(ctx, tm, x, s, u[i].access);
+        if (tm->policy == GM_EVICT_LEARNED) gm__learn_note(tm, x, u[i].access == GM_ACCESS_OVERWRITE);
+    }
+    if (tm->policy == GM_EVICT_LEARNED) gm__learn_ahead(ctx, tm, s);
+    tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tensor_release_many(gm_context* ctx, const gm_use* u, size_t n, gm_stream s) {
+    gm__tier* tm;
+    gm__tensor** xs;
+    gm_result r = GM_OK;
+    size_t i;
+    if (GM__BAD_CTX(ctx) || (n && !u)) return GM_ERR_INVALID_ARGUMENT;
+    if (!n) return GM_OK;
+    tm = gm__tier_of(ctx);
+    if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made");
+    pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
+    xs = gm__batch_scratch(tm, 2 * n);
+    if (!xs) r = GM_ERR_HOST_OUT_OF_MEMORY;
+    if (r == GM_OK) r = gm__batch_get(ctx, tm, u, n, s, 0, xs);
+    if (r == GM_OK)
+        for (i = n; i-- > 0;) gm__rel_do(ctx, tm, xs[i], s, u[i].access != GM_ACCESS_READ);
+    pthread_mutex_unlock(&tm->mu);
+    return r;
+}
+
+GPUMEM_API size_t gm_tensor_size(gm_context* ctx, gm_tensor h) {
+    gm__tier* tm;
+    gm__tensor* x;
+    size_t n = 0;
+    if (GM__BAD_CTX(ctx) || !(tm = gm__tier_of(ctx))) return 0;
+    pthread_mutex_lock(&tm->mu);
+    if ((x = gm__tensor_get(ctx, h)) != NULL) n = x->bytes;
+    pthread_mutex_unlock(&tm->mu);
+    return n;
 }
 
 GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream s) {
@@ -7798,7 +8184,7 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
     }
     if (!x->dev && !x->managed) {
         x->acquired++; /* not a victim of the room it needs */
-        r = gm__bring_in(ctx, tm, x, s, 1);
+        r = gm__bring_in(ctx, tm, x, s, 1, 0);
         x->acquired--;
         if (r == GM_OK && x->dev) {
             x->prefetched = 1;
@@ -7865,6 +8251,39 @@ GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor h, gm_tier* tier
               : x->disk_valid ? GM_TIER_DISK : GM_TIER_NONE;
     pthread_mutex_unlock(&tm->mu);
     return tier ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+}
+
+GPUMEM_API gm_result gm_tensor_get_info(gm_context* ctx, gm_tensor h, gm_tensor_info* out) {
+    GM__TIER_ENTER(ctx, tm, x, h)
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->bytes = x->bytes;
+        out->tier = x->dev ? GM_TIER_DEVICE
+                  : x->managed ? GM_TIER_MANAGED
+                  : x->host_valid ? GM_TIER_HOST
+                  : x->disk_valid ? GM_TIER_DISK : GM_TIER_NONE;
+        out->priority = x->priority;
+        out->pinned = x->pinned;
+        out->acquired = x->acquired;
+        out->written = !x->blank;
+        out->on_host = x->host_valid;
+        out->on_disk = x->disk_valid;
+    }
+    pthread_mutex_unlock(&tm->mu);
+    return out ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+}
+
+GPUMEM_API gm_result gm_tier_reset_peaks(gm_context* ctx) {
+    gm__tier* tm;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!(tm = gm__tier_of(ctx))) return GM_OK;
+    pthread_mutex_lock(&tm->mu);
+    tm->st.peak_device_bytes = tm->st.device_bytes;
+    tm->st.peak_host_bytes = tm->st.host_bytes;
+    tm->st.peak_disk_bytes = tm->st.disk_bytes;
+    tm->st.peak_managed_bytes = tm->st.managed_bytes;
+    pthread_mutex_unlock(&tm->mu);
+    return GM_OK;
 }
 
 GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
@@ -7944,13 +8363,17 @@ static int gm__tier_check(gm_context* ctx) {
             bad++;
         }
         if ((x->disk_valid != (x->disk != NULL) && !(x->job && x->job->kind != GM__J_READ_MEM)) ||
-            (x->blank && !x->disk_valid) || (x->disk && x->disk->size < x->bytes)) {
+            (x->blank && x->job) || (x->disk && x->disk->size < x->bytes)) {
             gm__log(ctx, GM_LOG_ERROR, "check: tensor %u has a broken disk extent", i);
             bad++;
         }
         if (x->disk) disk_n++, disk_b += (int64_t)x->disk->size;
         if (x->disk_valid) diskb += (int64_t)x->bytes;
         if (x->acquired && !x->dev && !x->managed) bad++;
+        if (x->prefetched == 2 && (!x->dev || x->blank || (!x->host_valid && !x->disk_valid))) {
+            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u: its device copy is room only, but no copy below holds its bytes", i);
+            bad++;
+        }
         if (x->dev && !x->acquired) want_lru++;
         if (x->dev) dev += (int64_t)x->bytes;
         else if (x->managed) man += (int64_t)x->bytes;
@@ -8092,6 +8515,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->tk);
     GPUMEM_FREE(tm->evs);
     GPUMEM_FREE(tm->cand);
+    GPUMEM_FREE(tm->batch);
     GPUMEM_FREE(tm->rec);
     GPUMEM_FREE(tm->plan);
     GPUMEM_FREE(tm->use_first);

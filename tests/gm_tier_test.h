@@ -177,21 +177,45 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
                 x->live = 1;
                 x->seed = 0;
             }
-        } else if (op < 35) { /* write */
-            void* p;
+        } else if (op < 35 && (r >> 8) % 4 == 3) { /* a batch: x overwritten, up to three others read */
+            gm_use u[4];
+            model* o[4];
+            size_t k, nu = 1;
             unsigned seed = (unsigned)(r >> 40) | 1;
-            res = gm_tensor_acquire(ctx, x->h, s, &p);
+            u[0].tensor = x->h, u[0].access = GM_ACCESS_OVERWRITE, o[0] = x;
+            for (k = 1; k <= (r >> 4) % 4; k++) {
+                model* y = &m[(r >> (20 + 3 * k)) % NT];
+                if (!y->live || y == x) continue;
+                u[nu].tensor = y->h, u[nu].access = GM_ACCESS_READ, o[nu++] = y; /* twice is a nest */
+            }
+            res = gm_tensor_acquire_many(ctx, u, nu, s);
+            if (res == GM_OK) {
+                for (k = 0; k < nu && res == GM_OK; k++) {
+                    if (k == 0) res = run(ctx, s, u[0].ptr, x->n, seed, 1);
+                    else if (o[k]->seed) res = run(ctx, s, u[k].ptr, o[k]->n, o[k]->seed, 0);
+                }
+                if (res == GM_OK) x->seed = seed;
+                if (res == GM_OK) res = gm_tensor_release_many(ctx, u, nu, s);
+            } else {
+                for (k = 0; k < nu; k++)
+                    if (u[k].ptr) res = GM_ERR_BAD_STATE; /* a failed batch acquires none */
+            }
+        } else if (op < 35) { /* write: read-write, or overwrite (released as acquired, or with a wrong flag) */
+            void* p;
+            unsigned seed = (unsigned)(r >> 40) | 1, how = (unsigned)(r >> 8) % 4;
+            res = how ? gm_tensor_acquire_as(ctx, x->h, s, GM_ACCESS_OVERWRITE, &p) : gm_tensor_acquire(ctx, x->h, s, &p);
             if (res == GM_OK) {
                 res = run(ctx, s, p, x->n, seed, 1);
                 if (res == GM_OK) x->seed = seed;
-                res = gm_tensor_release(ctx, x->h, s, 1);
+                res = gm_tensor_release(ctx, x->h, s, how == 1 ? GM_AS_ACQUIRED : how == 2 ? 0 : 1);
             }
-        } else if (op < 70) { /* read and check */
+        } else if (op < 70) { /* read and check: read-write released clean, or read released as acquired */
             void* p;
-            res = gm_tensor_acquire(ctx, x->h, s, &p);
+            int ro = (int)((r >> 8) & 1);
+            res = ro ? gm_tensor_acquire_as(ctx, x->h, s, GM_ACCESS_READ, &p) : gm_tensor_acquire(ctx, x->h, s, &p);
             if (res == GM_OK) {
                 if (x->seed) res = run(ctx, s, p, x->n, x->seed, 0);
-                if (res == GM_OK) res = gm_tensor_release(ctx, x->h, s, 0);
+                if (res == GM_OK) res = gm_tensor_release(ctx, x->h, s, ro ? GM_AS_ACQUIRED : 0);
             }
         } else if (op < 80) {
             res = gm_tensor_prefetch(ctx, x->h, s);

@@ -578,6 +578,210 @@ static void test_random_learned(long steps) {
     T_OK(gm_shutdown(ctx));
 }
 
+static gm_tensor_info info(gm_context* ctx, gm_tensor t) {
+    gm_tensor_info in;
+    memset(&in, 0, sizeof in);
+    T_OK(gm_tensor_get_info(ctx, t, &in));
+    return in;
+}
+
+static void overwrite(gm_context* ctx, gm_tensor t, size_t n, unsigned seed, int written) {
+    void* p;
+    if (!T_OK(gm_tensor_acquire_as(ctx, t, NULL, GM_ACCESS_OVERWRITE, &p))) return;
+    T_OK(run(ctx, NULL, p, n, seed, 1));
+    T_OK(gm_tensor_release(ctx, t, NULL, written));
+}
+
+static void verify_read(gm_context* ctx, gm_tensor t, size_t n, unsigned seed) {
+    void* p;
+    if (!T_OK(gm_tensor_acquire_as(ctx, t, NULL, GM_ACCESS_READ, &p))) return;
+    T_OK(run(ctx, NULL, p, n, seed, 0));
+    T_OK(gm_tensor_release(ctx, t, NULL, GM_AS_ACQUIRED));
+}
+
+/* Access modes: a tensor never written costs no transfer in any tier; an
+   overwrite brings nothing in and its release is written whatever it says;
+   a read released as acquired keeps the copy below valid. */
+static void test_modes(void) {
+    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    const size_t n = 2 * MiB;
+    gm_tensor t[6], gone;
+    gm_tier_stats ts, ts2;
+    gm_tensor_info in;
+    void* p;
+    int i, round;
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_create(ctx, &t[i], n)); /* more than the device holds */
+    for (round = 0; round < 3; round++)
+        for (i = 0; i < 6; i++) {
+            T_OK(gm_tensor_acquire_as(ctx, t[i], NULL, GM_ACCESS_READ, &p));
+            T_OK(gm_tensor_release(ctx, t[i], NULL, GM_AS_ACQUIRED));
+            if (i % 2) T_OK(gm_tensor_evict(ctx, t[i]));
+            T_EQ(gm_check(ctx), 0);
+        }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.evictions > 6);
+    T_EQ(ts.bytes_to_host, 0); /* never written: nothing moves, ever */
+    T_EQ(ts.bytes_to_device, 0);
+    in = info(ctx, t[0]);
+    T_EQ(in.written, 0);
+    T_EQ(in.bytes, n);
+    T_EQ(gm_tensor_size(ctx, t[0]), n);
+    /* overwrites: nothing comes in, the new bytes survive eviction, also released with 0 */
+    for (i = 0; i < 6; i++) overwrite(ctx, t[i], n, 100u + (unsigned)i, i % 2 ? 0 : GM_AS_ACQUIRED);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.bytes_to_device, 0);
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_evict(ctx, t[i]));
+    for (i = 0; i < 6; i++) {
+        T_EQ(where(ctx, t[i]), GM_TIER_HOST);
+        T_EQ(info(ctx, t[i]).written, 1);
+    }
+    for (i = 0; i < 6; i++) overwrite(ctx, t[i], n, 200u + (unsigned)i, 0); /* over a host copy: not brought in */
+    T_OK(gm_tier_get_stats(ctx, &ts2));
+    T_EQ(ts2.bytes_to_device, 0);
+    T_EQ(ts2.bytes_not_copied - ts.bytes_not_copied, (int64_t)(6 * n));
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_evict(ctx, t[i]));
+    for (i = 0; i < 6; i++) verify_read(ctx, t[i], n, 200u + (unsigned)i);
+    /* a read released as acquired: the host copy stays valid, the eviction is free */
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    for (i = 0; i < 6; i++)
+        if (where(ctx, t[i]) == GM_TIER_DEVICE) T_OK(gm_tensor_evict(ctx, t[i]));
+    T_OK(gm_tier_get_stats(ctx, &ts2));
+    T_EQ(ts2.bytes_to_host, ts.bytes_to_host);
+    T_CHECK(ts2.clean_evictions > ts.clean_evictions);
+    /* info while acquired, nested */
+    T_OK(gm_tensor_acquire_as(ctx, t[2], NULL, GM_ACCESS_READ, &p));
+    T_OK(gm_tensor_acquire_as(ctx, t[2], NULL, GM_ACCESS_READ, &p));
+    in = info(ctx, t[2]);
+    T_EQ(in.acquired, 2);
+    T_EQ(in.tier, GM_TIER_DEVICE);
+    T_EQ(in.on_host, 1);
+    T_OK(gm_tensor_release(ctx, t[2], NULL, GM_AS_ACQUIRED));
+    T_OK(gm_tensor_release(ctx, t[2], NULL, GM_AS_ACQUIRED));
+    T_EQ(info(ctx, t[2]).on_host, 1); /* read only: still valid */
+    T_EQ(gm_tensor_acquire_as(ctx, t[2], NULL, (gm_access)7, &p), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tensor_get_info(ctx, t[2], NULL), GM_ERR_INVALID_ARGUMENT);
+    /* peaks, and their reset */
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.peak_device_bytes >= (int64_t)(3 * n) && ts.peak_device_bytes <= (int64_t)(8 * MiB));
+    T_CHECK(ts.peak_host_bytes >= (int64_t)(6 * n));
+    T_OK(gm_tier_reset_peaks(ctx));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.peak_device_bytes, ts.device_bytes);
+    T_EQ(ts.peak_host_bytes, ts.host_bytes);
+    for (i = 0; i < 6; i++) verify(ctx, t[i], n, 200u + (unsigned)i, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    gone = t[5];
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_EQ(gm_tensor_size(ctx, gone), 0);
+    T_EQ(gm_tensor_get_info(ctx, gone, &in), GM_ERR_STALE_HANDLE);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Batches: a layer that fits is acquired whole; one that does not fails
+   before any of it is acquired, and loses nothing (an overwrite in it
+   included); duplicates nest; misuse changes nothing. */
+static void test_batch(void) {
+    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    const size_t n = 2 * MiB;
+    gm_tensor t[8], dead;
+    gm_use u[8];
+    gm_stream s;
+    gm_tier_stats ts;
+    void* p;
+    int i;
+    T_OK(gm_stream_create(ctx, &s));
+    for (i = 0; i < 8; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], n));
+        fill(ctx, t[i], n, 30u + (unsigned)i, NULL);
+    }
+    for (i = 0; i < 3; i++) u[i].tensor = t[i], u[i].access = GM_ACCESS_READ;
+    T_OK(gm_tensor_acquire_many(ctx, u, 3, NULL));
+    for (i = 0; i < 3; i++) {
+        T_CHECK(u[i].ptr != NULL);
+        T_EQ(info(ctx, t[i]).acquired, 1);
+        T_OK(run(ctx, NULL, u[i].ptr, n, 30u + (unsigned)i, 0));
+    }
+    T_OK(gm_tensor_release_many(ctx, u, 3, NULL));
+    T_EQ(gm_check(ctx), 0);
+    /* five do not fit in 8 MiB: none is acquired, and the overwrite of one on the host keeps its bytes */
+    T_OK(gm_tensor_evict(ctx, t[7]));
+    for (i = 0; i < 5; i++) u[i].tensor = t[3 + i], u[i].access = i == 4 ? GM_ACCESS_OVERWRITE : GM_ACCESS_READ_WRITE;
+    T_EQ(gm_tensor_acquire_many(ctx, u, 5, NULL), GM_ERR_OUT_OF_MEMORY);
+    for (i = 0; i < 5; i++) {
+        T_CHECK(u[i].ptr == NULL);
+        T_EQ(info(ctx, t[3 + i]).acquired, 0);
+    }
+    T_EQ(gm_check(ctx), 0);
+    /* duplicates nest; release_many of more than was acquired releases none */
+    u[0].tensor = t[0], u[0].access = GM_ACCESS_READ;
+    u[1] = u[0];
+    T_OK(gm_tensor_acquire_many(ctx, u, 2, NULL));
+    T_EQ(info(ctx, t[0]).acquired, 2);
+    T_OK(gm_tensor_release(ctx, t[0], NULL, GM_AS_ACQUIRED));
+    T_EQ(gm_tensor_release_many(ctx, u, 2, NULL), GM_ERR_BAD_STATE);
+    T_EQ(info(ctx, t[0]).acquired, 1);
+    T_OK(gm_tensor_release_many(ctx, u, 1, NULL));
+    /* a stale handle, or a tensor acquired on another stream, in the middle: none is acquired */
+    T_OK(gm_tensor_create(ctx, &dead, 4096));
+    T_OK(gm_tensor_destroy(ctx, dead));
+    u[0].tensor = t[1], u[1].tensor = dead, u[2].tensor = t[2];
+    u[0].access = u[1].access = u[2].access = GM_ACCESS_READ;
+    T_EQ(gm_tensor_acquire_many(ctx, u, 3, NULL), GM_ERR_STALE_HANDLE);
+    T_EQ(info(ctx, t[1]).acquired, 0);
+    T_OK(gm_tensor_acquire(ctx, t[2], s, &p));
+    u[1].tensor = t[0];
+    T_EQ(gm_tensor_acquire_many(ctx, u, 3, NULL), GM_ERR_INVALID_STREAM);
+    T_EQ(info(ctx, t[1]).acquired, 0);
+    T_EQ(info(ctx, t[0]).acquired, 0);
+    T_EQ(gm_tensor_release_many(ctx, u, 3, s), GM_ERR_BAD_STATE); /* t[1] is not acquired */
+    T_OK(gm_tensor_release(ctx, t[2], s, 0));
+    T_EQ(gm_tensor_acquire_many(ctx, NULL, 1, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_OK(gm_tensor_acquire_many(ctx, NULL, 0, NULL));
+    /* a whole layer overwritten in one batch on a user stream: nothing comes in */
+    for (i = 0; i < 8; i++) T_OK(gm_tensor_evict(ctx, t[i]));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    for (i = 0; i < 3; i++) u[i].tensor = t[i], u[i].access = GM_ACCESS_OVERWRITE;
+    T_OK(gm_tensor_acquire_many(ctx, u, 3, s));
+    for (i = 0; i < 3; i++) T_OK(run(ctx, s, u[i].ptr, n, 60u + (unsigned)i, 1));
+    T_OK(gm_tensor_release_many(ctx, u, 3, s));
+    {
+        gm_tier_stats ts2;
+        T_OK(gm_tier_get_stats(ctx, &ts2));
+        T_EQ(ts2.bytes_to_device, ts.bytes_to_device);
+    }
+    for (i = 0; i < 8; i++) verify(ctx, t[i], n, i < 3 ? 60u + (unsigned)i : 30u + (unsigned)i, s);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 8; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* gm_launch_host_copy: the function sees the argument as it was at the
+   call, though the caller's block changed at once. */
+typedef struct hostarg {
+    int v[16];
+} hostarg;
+static int host_seen[16];
+static void host_fn(void* a) { memcpy(host_seen, ((const hostarg*)a)->v, sizeof host_seen); }
+
+static void test_launch_copy(void) {
+    gm_context* ctx = tier_ctx(8 * MiB, 8 * MiB, GM_FALLBACK_DEFAULT);
+    hostarg a;
+    char big[GM_LAUNCH_ARG_MAX + 1];
+    int i;
+    for (i = 0; i < 16; i++) a.v[i] = i * 7 + 1;
+    T_OK(gm_launch_host_copy(ctx, NULL, host_fn, &a, sizeof a));
+    memset(&a, 0, sizeof a);
+    T_OK(gm_stream_synchronize(ctx, NULL));
+    for (i = 0; i < 16; i++) T_EQ(host_seen[i], i * 7 + 1);
+    memset(big, 0, sizeof big);
+    T_EQ(gm_launch_host_copy(ctx, NULL, host_fn, big, sizeof big), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_launch_host_copy(ctx, NULL, host_fn, NULL, 8), GM_ERR_INVALID_ARGUMENT);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -592,6 +796,9 @@ int main(int argc, char** argv) {
     test_regressions();
     test_host_giveback();
     test_custom_policy();
+    test_modes();
+    test_batch();
+    test_launch_copy();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     return t_done();
