@@ -463,7 +463,9 @@ typedef struct gm_desc {
     const char* conf;              /* options, GPUMEM_CONF syntax */
     int ignore_env;                /* non-zero: do not read GPUMEM_CONF or GPUMEM_TRACE */
     const char* trace_path;        /* write every alloc and free here (CSV) */
-    size_t host_budget;            /* pinned host tier, default 4 GiB */
+    size_t host_budget;            /* pinned host tier, default 4 GiB; rounded down to whole 4 KiB pages,
+                                      the pool's granularity (an info line says so; below one page:
+                                      no host tier, tensors spill to disk or stay on the device) */
     gm_fallback fallback;          /* when nothing more can be evicted */
     gm_fallback_fn fallback_fn;    /* or this decides, case by case */
     void* fallback_user;
@@ -855,6 +857,7 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #define GM__MIB ((size_t)1 << 20)
 #define GM__GIB ((size_t)1 << 30)
 #define GM__PATH 4096
+#define GM__HOST_PAGE 4096 /* the pinned host pool's granularity */
 #define GM__SIM_MAX ((size_t)1 << 42) /* the largest simulated device */
 
 static uint64_t gm__now_ns(void) {
@@ -1076,6 +1079,14 @@ GM__PRINTF(3, 4) static void gm__log(const gm_context* ctx, gm_log_level level, 
     va_end(ap);
 }
 
+/* The same before there is a context (the desc being resolved). */
+GM__PRINTF(3, 4) static void gm__dlog(const gm_desc* d, gm_log_level level, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gm__vlog(d, level, fmt, ap);
+    va_end(ap);
+}
+
 /* Misuse: an error result and a log line always; an assert with GPUMEM_DEBUG. */
 #define GM__MISUSE(ctx, code, ...) \
     (gm__log((ctx), GM_LOG_ERROR, __VA_ARGS__), GM__MISUSE_ASSERT(0), (code))
@@ -1294,6 +1305,11 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     if (d.disk_chunk < 4096 || d.disk_chunk > 64 * GM__MIB) d.disk_chunk = GM__MIB;
     if (d.disk_dir && !*d.disk_dir) d.disk_dir = NULL;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
+    if (d.host_budget % GM__HOST_PAGE) { /* the pool's segments are whole pages, so its budget is */
+        gm__dlog(&d, GM_LOG_INFO, "desc.host_budget %zu is not a multiple of %d: %zu", d.host_budget, GM__HOST_PAGE,
+                 d.host_budget - d.host_budget % GM__HOST_PAGE);
+        d.host_budget -= d.host_budget % GM__HOST_PAGE;
+    }
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.sim.capacity above 4 TiB: 4 TiB", d.log_user);
@@ -3185,6 +3201,7 @@ static gm__block* gm__pool_take(gm_context* ctx, gm__arena* a, const size_t* res
     gm__block* b = gm__arena_find(a, 1, n);
     if (!b) {
         size_t g = n > step ? n : step;
+        limit -= limit % a->align; /* a segment off the arena's granularity breaks its tiling */
         if (*reserved + g > limit) g = limit - *reserved; /* the rest of the limit, in one piece */
         if (*reserved + n > limit || (!grow(ctx, owner, g) && (g == n || !grow(ctx, owner, n)))) return NULL;
         b = gm__arena_find(a, 1, n);
@@ -6598,7 +6615,7 @@ static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
    when the pool is full. */
 static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
     gm__block* b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
-                      gm__round_up(bytes ? bytes : 1, 4096), gm__host_grow, tm);
+                      gm__round_up(bytes ? bytes : 1, GM__HOST_PAGE), gm__host_grow, tm);
     if (b) {
         tm->host_used += b->size;
         if (tm->host_used > tm->host_peak) tm->host_peak = tm->host_used;
@@ -7188,7 +7205,7 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&tm->mu, &ma);
     pthread_mutexattr_destroy(&ma);
-    gm__arena_init(&tm->host, 4096, NULL, 0);
+    gm__arena_init(&tm->host, GM__HOST_PAGE, NULL, 0);
     pthread_mutex_lock(&ctx->mu);
     if (ctx->tier) { /* another thread got there first: use its manager */
         gm__tier* won = (gm__tier*)ctx->tier;
