@@ -251,7 +251,9 @@
     requested bytes, the current value, the peak, and the running totals
     allocated and freed, each for all pools, the small and the large pool.
     gm_summary() prints them as a table. gm_check() walks every structure
-    and returns the number of broken invariants (0 when healthy).
+    and returns the number of broken invariants (0 when healthy), logging
+    one line for each that names the structure and what is wrong;
+    gm_check_report() also writes those lines into a buffer.
 
     OWNERSHIP AND MISUSE
     ====================
@@ -463,7 +465,9 @@ typedef struct gm_desc {
     const char* conf;              /* options, GPUMEM_CONF syntax */
     int ignore_env;                /* non-zero: do not read GPUMEM_CONF or GPUMEM_TRACE */
     const char* trace_path;        /* write every alloc and free here (CSV) */
-    size_t host_budget;            /* pinned host tier, default 4 GiB */
+    size_t host_budget;            /* pinned host tier, default 4 GiB; rounded down to whole 4 KiB pages,
+                                      the pool's granularity (an info line says so; below one page:
+                                      no host tier, tensors spill to disk or stay on the device) */
     gm_fallback fallback;          /* when nothing more can be evicted */
     gm_fallback_fn fallback_fn;    /* or this decides, case by case */
     void* fallback_user;
@@ -658,8 +662,16 @@ GPUMEM_API gm_result gm_reset_accumulated_stats(gm_context* ctx);
    the length the whole table needs, excluding the terminator. */
 GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap);
 /* Walks every structure; returns the number of broken invariants, each
-   logged at GM_LOG_ERROR. -1 for a NULL context. */
+   logged at GM_LOG_ERROR as one line naming the structure and what is
+   wrong ("check: tier: tensor 0x100003 (65536 bytes) on the LRU list but
+   acquired"); past 20 lines, one more says how many were left out
+   ("check: 7 more"). 0 when healthy; -1 for a NULL context. */
 GPUMEM_API int gm_check(gm_context* ctx);
+/* gm_check, also writing its lines (each ending in a newline, the same
+   20 and the "more" line) into buf: NUL-terminated, truncated to size
+   bytes; an empty string when healthy. buf may be NULL when size is 0.
+   Returns what gm_check returns; the lines are logged as well. */
+GPUMEM_API int gm_check_report(gm_context* ctx, char* buf, size_t size);
 /* Writes the segments and their blocks as JSON into buf (terminated when
    cap > 0); returns the length the whole document needs, so
    gm_snapshot(ctx, NULL, 0) sizes the buffer. */
@@ -922,6 +934,7 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #define GM__MIB ((size_t)1 << 20)
 #define GM__GIB ((size_t)1 << 30)
 #define GM__PATH 4096
+#define GM__HOST_PAGE 4096 /* the pinned host pool's granularity */
 #define GM__SIM_MAX ((size_t)1 << 42) /* the largest simulated device */
 
 static uint64_t gm__now_ns(void) {
@@ -1143,6 +1156,52 @@ GM__PRINTF(3, 4) static void gm__log(const gm_context* ctx, gm_log_level level, 
     va_end(ap);
 }
 
+/* The same before there is a context (the desc being resolved). */
+GM__PRINTF(3, 4) static void gm__dlog(const gm_desc* d, gm_log_level level, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gm__vlog(d, level, fmt, ap);
+    va_end(ap);
+}
+
+/* The checker's report (>>check): every broken invariant it counts is one
+   line, "check: <structure>: <what is wrong>", logged at GM_LOG_ERROR and
+   kept in gm_check_report's buffer. Past GM__CHECK_LINES lines only the
+   count grows, and gm__ck_end adds a line saying how many more. */
+#define GM__CHECK_LINES 20
+typedef struct gm__ck {
+    const gm_context* ctx;
+    int bad;
+    char* buf;              /* gm_check_report's buffer, or NULL */
+    size_t cap, len;
+} gm__ck;
+
+static void gm__ck_line(gm__ck* ck, const char* line) {
+    int n;
+    gm__log(ck->ctx, GM_LOG_ERROR, "%s", line);
+    if (!ck->buf || ck->len + 1 >= ck->cap) return;
+    n = snprintf(ck->buf + ck->len, ck->cap - ck->len, "%s\n", line);
+    if (n > 0) ck->len = ck->len + (size_t)n < ck->cap ? ck->len + (size_t)n : ck->cap - 1;
+}
+
+GM__PRINTF(2, 3) static void gm__broken(gm__ck* ck, const char* fmt, ...) {
+    char line[640] = "check: ";
+    va_list ap;
+    if (++ck->bad > GM__CHECK_LINES) return;
+    va_start(ap, fmt);
+    vsnprintf(line + 7, sizeof line - 7, fmt, ap);
+    va_end(ap);
+    gm__ck_line(ck, line);
+}
+
+static int gm__ck_end(gm__ck* ck) {
+    char line[64];
+    if (ck->bad <= GM__CHECK_LINES) return ck->bad;
+    snprintf(line, sizeof line, "check: %d more", ck->bad - GM__CHECK_LINES);
+    gm__ck_line(ck, line);
+    return ck->bad;
+}
+
 /* Misuse: an error result and a log line always; an assert with GPUMEM_DEBUG. */
 #define GM__MISUSE(ctx, code, ...) \
     (gm__log((ctx), GM_LOG_ERROR, __VA_ARGS__), GM__MISUSE_ASSERT(0), (code))
@@ -1361,6 +1420,11 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     if (d.disk_chunk < 4096 || d.disk_chunk > 64 * GM__MIB) d.disk_chunk = GM__MIB;
     if (d.disk_dir && !*d.disk_dir) d.disk_dir = NULL;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
+    if (d.host_budget % GM__HOST_PAGE) { /* the pool's segments are whole pages, so its budget is */
+        gm__dlog(&d, GM_LOG_INFO, "desc.host_budget %zu is not a multiple of %d: %zu", d.host_budget, GM__HOST_PAGE,
+                 d.host_budget - d.host_budget % GM__HOST_PAGE);
+        d.host_budget -= d.host_budget % GM__HOST_PAGE;
+    }
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.sim.capacity above 4 TiB: 4 TiB", d.log_user);
@@ -3150,62 +3214,101 @@ static gm__seg* gm__arena_seg_of(const gm__arena* a, uintptr_t p) {
     return NULL;
 }
 
-/* Walk of the tree: order, heap and key invariants; counts its nodes. */
-static int gm__arena_check_tree(const gm_context* ctx, const gm__block* t, const gm__block** last,
-                                size_t* count, int depth) {
-    int bad = 0;
-    if (!t) return 0;
-    if (depth > 10000) {
-        gm__log(ctx, GM_LOG_ERROR, "check: free tree deeper than 10000 (a cycle?)");
-        return 1;
-    }
-    if (t->l && t->l->prio > t->prio) bad++;
-    if (t->r && t->r->prio > t->prio) bad++;
-    bad += gm__arena_check_tree(ctx, t->l, last, count, depth + 1);
-    if (*last && gm__tr_cmp(*last, t->key, t->size, t->addr) >= 0) {
-        gm__log(ctx, GM_LOG_ERROR, "check: free tree out of order at %#lx", (unsigned long)t->addr);
-        bad++;
-    }
-    if (t->state != GM__FREE || t->key != t->seg->key) {
-        gm__log(ctx, GM_LOG_ERROR, "check: tree node %#lx not free or with a stale key", (unsigned long)t->addr);
-        bad++;
-    }
-    *last = t;
-    (*count)++;
-    bad += gm__arena_check_tree(ctx, t->r, last, count, depth + 1);
-    return bad;
+static const char* gm__state_name(int state) {
+    return state == GM__FREE      ? "free"
+           : state == GM__USED    ? "in use"
+           : state == GM__PENDING ? "pending"
+                                  : "in no known state";
 }
 
-/* Counts broken arena invariants; adds USED and PENDING block counts and
-   bytes to the outputs for the allocator's own checks. */
-static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* used_n, int64_t* used_b,
-                           int64_t* pend_n, int64_t* pend_b, int64_t* req_b) {
+static const char* const gm__pool_names[GM_STAT_POOLS] = {"all", "small", "large"};
+
+/* Walk of the free tree: order, heap and key invariants; counts its nodes
+   (and stops at a depth only a cycle reaches). */
+typedef struct gm__tree_walk {
+    const char* nm;
+    const gm__block* last;
+    size_t n;
+    int cut;
+} gm__tree_walk;
+
+static void gm__arena_check_tree(gm__ck* ck, gm__tree_walk* w, const gm__block* t, int depth) {
+    if (!t || w->cut) return;
+    if (depth > 10000) {
+        gm__broken(ck, "%s: the free tree is deeper than 10000 (a cycle?)", w->nm);
+        w->cut = 1;
+        return;
+    }
+    if (t->l && t->l->prio > t->prio)
+        gm__broken(ck, "%s: free tree: block %#lx has priority %u, below its left child %#lx's %u", w->nm,
+                   (unsigned long)t->addr, t->prio, (unsigned long)t->l->addr, t->l->prio);
+    if (t->r && t->r->prio > t->prio)
+        gm__broken(ck, "%s: free tree: block %#lx has priority %u, below its right child %#lx's %u", w->nm,
+                   (unsigned long)t->addr, t->prio, (unsigned long)t->r->addr, t->r->prio);
+    gm__arena_check_tree(ck, w, t->l, depth + 1);
+    if (w->last && gm__tr_cmp(w->last, t->key, t->size, t->addr) >= 0)
+        gm__broken(ck, "%s: free tree out of order: block %#lx (%zu bytes, key %#lx) follows %#lx (%zu bytes, key %#lx)",
+                   w->nm, (unsigned long)t->addr, t->size, (unsigned long)t->key, (unsigned long)w->last->addr,
+                   w->last->size, (unsigned long)w->last->key);
+    if (t->state != GM__FREE)
+        gm__broken(ck, "%s: the free tree holds block %#lx (%zu bytes), which is %s", w->nm, (unsigned long)t->addr,
+                   t->size, gm__state_name(t->state));
+    else if (t->key != t->seg->key)
+        gm__broken(ck, "%s: free block %#lx has tree key %#lx, its segment's is %#lx", w->nm, (unsigned long)t->addr,
+                   (unsigned long)t->key, (unsigned long)t->seg->key);
+    w->last = t;
+    w->n++;
+    gm__arena_check_tree(ck, w, t->r, depth + 1);
+}
+
+/* The arena's invariants, reported as structure nm; adds USED and PENDING
+   block counts and bytes to the outputs for the owner's own checks. */
+static void gm__arena_check(gm__ck* ck, const gm__arena* a, const char* nm, int64_t* used_n, int64_t* used_b,
+                            int64_t* pend_n, int64_t* pend_b, int64_t* req_b) {
     const gm__seg* s;
-    const gm__block* last = NULL;
-    size_t tree_n = 0, free_n = 0, nsegs = 0;
+    size_t free_n = 0, nsegs = 0;
     int64_t reserved = 0, split_n = 0, split_b = 0;
-    int bad = gm__arena_check_tree(ctx, a->root, &last, &tree_n, 0);
-    for (s = a->segs; s; s = s->next) {
-        const gm__block* b;
+    gm__tree_walk w;
+    memset(&w, 0, sizeof w);
+    w.nm = nm;
+    gm__arena_check_tree(ck, &w, a->root, 0);
+    for (s = a->segs; s; s = s->next, nsegs++) {
+        const gm__block *b, *prev = NULL;
         uintptr_t at = s->base;
-        nsegs++;
+        size_t nb = 0; /* a tiled segment has at most size / align blocks: a cycle ends there */
+        int tiled = s->first != NULL;
         reserved += (int64_t)s->mapped;
-        if (s->arena != a || (s->next && s->next->prev != s)) bad++;
-        if (!s->first || s->first->prev) bad++;
-        for (b = s->first; b; b = b->next) {
-            if (b->seg != s || b->addr != at || !b->size || b->size % a->align || (b->next && b->next->prev != b)) {
-                gm__log(ctx, GM_LOG_ERROR, "check: block %#lx breaks the tiling of segment %#lx",
-                        (unsigned long)b->addr, (unsigned long)s->base);
-                bad++;
-                break;
+        if (s->arena != a)
+            gm__broken(ck, "%s: segment %zu (%#lx) belongs to another arena", nm, nsegs, (unsigned long)s->base);
+        if (s->next && s->next->prev != s)
+            gm__broken(ck, "%s: segment %zu (%#lx): the next one's back link is broken", nm, nsegs,
+                       (unsigned long)s->base);
+        if (!s->first) gm__broken(ck, "%s: segment %zu (%#lx) has no blocks", nm, nsegs, (unsigned long)s->base);
+        else if (s->first->prev)
+            gm__broken(ck, "%s: the first block of segment %zu (%#lx) has a predecessor", nm, nsegs,
+                       (unsigned long)s->base);
+        for (b = s->first; b && nb <= s->size / a->align; prev = b, b = b->next, nb++) {
+            long long off = (long long)(b->addr - s->base);
+            if (tiled &&
+                (b->seg != s || b->addr != at || !b->size || b->size % a->align || (b->next && b->next->prev != b))) {
+                char why[96];
+                if (b->seg != s) snprintf(why, sizeof why, "it names another segment");
+                else if (b->addr != at)
+                    snprintf(why, sizeof why, "the block before it ends at offset %lld", (long long)(at - s->base));
+                else if (!b->size) snprintf(why, sizeof why, "it is empty");
+                else if (b->size % a->align)
+                    snprintf(why, sizeof why, "its size %zu is not a multiple of %zu", b->size, a->align);
+                else snprintf(why, sizeof why, "the next block's back link is broken");
+                gm__broken(ck, "%s: block at offset %lld breaks the tiling of segment %zu (%#lx): %s", nm, off, nsegs,
+                           (unsigned long)s->base, why);
+                tiled = 0; /* the walk goes on, counting, so that only this is said of it */
             }
             at += b->size;
             if (b->state == GM__FREE) {
                 free_n++;
-                if (b->next && b->next->state == GM__FREE) {
-                    gm__log(ctx, GM_LOG_ERROR, "check: free neighbours at %#lx not coalesced", (unsigned long)b->addr);
-                    bad++;
-                }
+                if (prev && prev->state == GM__FREE)
+                    gm__broken(ck, "%s: free blocks at offsets %lld and %lld of segment %zu (%#lx) are not coalesced",
+                               nm, (long long)(prev->addr - s->base), off, nsegs, (unsigned long)s->base);
                 if (gm__blk_split(b) && !s->va) {
                     split_n++;
                     split_b += (int64_t)b->size;
@@ -3214,31 +3317,42 @@ static int gm__arena_check(const gm_context* ctx, const gm__arena* a, int64_t* u
                 *used_n += 1;
                 *used_b += (int64_t)b->size;
                 *req_b += (int64_t)b->requested;
-                if (b->requested > b->size) bad++;
-            } else {
+                if (b->requested > b->size)
+                    gm__broken(ck, "%s: block at offset %lld of segment %zu (%#lx) holds a request of %zu bytes in %zu",
+                               nm, off, nsegs, (unsigned long)s->base, b->requested, b->size);
+            } else if (b->state == GM__PENDING) {
                 *pend_n += 1;
                 *pend_b += (int64_t)b->size;
+            } else {
+                gm__broken(ck, "%s: block at offset %lld of segment %zu (%#lx) is in state %d", nm, off, nsegs,
+                           (unsigned long)s->base, b->state);
             }
         }
-        if (at != s->base + s->size) {
-            gm__log(ctx, GM_LOG_ERROR, "check: blocks of segment %#lx do not add up to its size", (unsigned long)s->base);
-            bad++;
-        }
+        if (b) gm__broken(ck, "%s: segment %zu (%#lx) has more blocks than fit (a cycle?)", nm, nsegs,
+                          (unsigned long)s->base);
+        else if (tiled && at != s->base + s->size)
+            gm__broken(ck, "%s: the blocks of segment %zu (%#lx) cover %lld of its %zu bytes", nm, nsegs,
+                       (unsigned long)s->base, (long long)(at - s->base), s->size);
     }
-    if (tree_n != free_n || tree_n != a->nfree || nsegs != a->nsegs) {
-        gm__log(ctx, GM_LOG_ERROR, "check: %zu free blocks, %zu in the tree, %zu counted; %zu segments, %zu counted",
-                free_n, tree_n, a->nfree, nsegs, a->nsegs);
-        bad++;
-    }
-    if (a->st) {
+    if (w.n != free_n || free_n != a->nfree)
+        gm__broken(ck, "%s: %zu free blocks, %zu in the free tree, %zu counted", nm, free_n, w.n, a->nfree);
+    if (nsegs != a->nsegs) gm__broken(ck, "%s: %zu segments, %zu counted", nm, nsegs, a->nsegs);
+    if (a->st) { /* the device's pools: the context's statistics */
         const gm_stats* st = a->st;
-        if (st->segment[a->pool].current != (int64_t)nsegs || st->reserved_bytes[a->pool].current != reserved ||
-            st->inactive_split[a->pool].current != split_n || st->inactive_split_bytes[a->pool].current != split_b) {
-            gm__log(ctx, GM_LOG_ERROR, "check: pool %d statistics differ from a walk of its segments", a->pool);
-            bad++;
-        }
+        const char* pn = gm__pool_names[a->pool];
+        if (st->segment[a->pool].current != (int64_t)nsegs)
+            gm__broken(ck, "device: stat segment[%s] is %lld, the pool has %zu segments", pn,
+                       (long long)st->segment[a->pool].current, nsegs);
+        if (st->reserved_bytes[a->pool].current != reserved)
+            gm__broken(ck, "device: stat reserved_bytes[%s] is %lld, segments sum to %lld", pn,
+                       (long long)st->reserved_bytes[a->pool].current, (long long)reserved);
+        if (st->inactive_split[a->pool].current != split_n)
+            gm__broken(ck, "device: stat inactive_split[%s] is %lld, split segments have %lld free blocks", pn,
+                       (long long)st->inactive_split[a->pool].current, (long long)split_n);
+        if (st->inactive_split_bytes[a->pool].current != split_b)
+            gm__broken(ck, "device: stat inactive_split_bytes[%s] is %lld, free blocks of split segments sum to %lld",
+                       pn, (long long)st->inactive_split_bytes[a->pool].current, (long long)split_b);
     }
-    return bad;
 }
 
 /* A block of n bytes (a multiple of a->align) from arena a, whose segments
@@ -3252,6 +3366,7 @@ static gm__block* gm__pool_take(gm_context* ctx, gm__arena* a, const size_t* res
     gm__block* b = gm__arena_find(a, 1, n);
     if (!b) {
         size_t g = n > step ? n : step;
+        limit -= limit % a->align; /* a segment off the arena's granularity breaks its tiling */
         if (*reserved + g > limit) g = limit - *reserved; /* the rest of the limit, in one piece */
         if (*reserved + n > limit || (!grow(ctx, owner, g) && (g == n || !grow(ctx, owner, n)))) return NULL;
         b = gm__arena_find(a, 1, n);
@@ -3555,38 +3670,50 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
     return GM_OK;
 }
 
-/* The page invariants of one expandable segment, recounted from its
-   blocks. */
-static int gm__vseg_check(const gm_context* ctx, const gm__seg* seg) {
+/* The page invariants of one expandable segment of pool nm, recounted from
+   its blocks: one line for all the pages that disagree (naming the first). */
+static void gm__vseg_check(gm__ck* ck, const char* nm, const gm__seg* seg) {
     const gm__vseg* v = seg->va;
     const gm__block* b;
     uint32_t* want = (uint32_t*)gm__calloc(v->npages * sizeof *want);
-    size_t p, mapped = 0, queued = 0, i;
-    int bad = 0;
-    if (!want) return 0;
+    size_t p, mapped = 0, queued = 0, i, off = 0, nbad = 0, first = 0, unq = 0;
+    if (!want) return; /* no host memory to recount with */
     for (b = seg->first; b; b = b->next) {
-        if (b->state == GM__FREE) continue;
-        for (p = (b->addr - seg->base) / v->gran; p <= (b->addr + b->size - 1 - seg->base) / v->gran; p++) want[p]++;
+        if (b->state == GM__FREE || !b->size || b->addr < seg->base || b->size > seg->size ||
+            b->addr - seg->base > seg->size - b->size)
+            continue; /* a block off its segment: the arena's own check says so */
+        off = b->addr - seg->base;
+        for (p = off / v->gran; p <= (off + b->size - 1) / v->gran && p < v->npages; p++) want[p]++;
     }
     for (p = 0; p < v->npages; p++) {
         int m = (v->flags[p] & GM__PG_MAPPED) != 0;
         mapped += (size_t)m;
         queued += (v->flags[p] & GM__PG_QUEUED) != 0;
-        if (want[p] != v->ref[p] || (v->ref[p] && !m) || (m && !v->ref[p] && !(v->flags[p] & GM__PG_QUEUED))) {
-            if (!bad) gm__log(ctx, GM_LOG_ERROR, "check: page %zu of expandable segment %#lx: %u users, %u counted%s",
-                              p, (unsigned long)seg->base, want[p], v->ref[p], m ? "" : ", unmapped");
-            bad++;
-        }
+        if ((want[p] != v->ref[p] || (v->ref[p] && !m) || (m && !v->ref[p] && !(v->flags[p] & GM__PG_QUEUED))) &&
+            !nbad++)
+            first = p;
     }
-    for (i = 0; i < v->qlen; i++)
-        if (!(v->flags[v->q[(v->qhead + i) % v->npages]] & GM__PG_QUEUED)) bad++;
-    if (mapped != v->nmapped || seg->mapped != mapped * v->gran || queued != v->qlen) {
-        gm__log(ctx, GM_LOG_ERROR, "check: expandable segment %#lx: %zu pages mapped, %zu counted", (unsigned long)seg->base,
-                mapped, v->nmapped);
-        bad++;
+    if (nbad)
+        gm__broken(ck, "%s: expandable segment %#lx: %zu pages disagree with its blocks; page %zu has %u users, %u "
+                   "counted, %s", nm, (unsigned long)seg->base, nbad, first, want[first], v->ref[first],
+                   v->flags[first] & GM__PG_MAPPED ? "mapped" : "unmapped");
+    for (i = 0; i < v->qlen && v->qlen <= v->npages; i++) {
+        uint32_t q = v->q[(v->qhead + i) % v->npages];
+        unq += q >= v->npages || !(v->flags[q] & GM__PG_QUEUED);
     }
+    if (unq)
+        gm__broken(ck, "%s: expandable segment %#lx: %zu pages in its idle queue are not marked queued", nm,
+                   (unsigned long)seg->base, unq);
+    if (mapped != v->nmapped)
+        gm__broken(ck, "%s: expandable segment %#lx: %zu pages mapped, %zu counted", nm, (unsigned long)seg->base,
+                   mapped, v->nmapped);
+    if (seg->mapped != mapped * v->gran)
+        gm__broken(ck, "%s: expandable segment %#lx counts %zu bytes mapped, its pages %zu", nm,
+                   (unsigned long)seg->base, seg->mapped, mapped * v->gran);
+    if (queued != v->qlen)
+        gm__broken(ck, "%s: expandable segment %#lx: %zu pages marked queued, the idle queue holds %zu", nm,
+                   (unsigned long)seg->base, queued, v->qlen);
     GPUMEM_FREE(want);
-    return bad;
 }
 
 /* Unmaps every page and gives the address range back (shutdown). */
@@ -3627,7 +3754,7 @@ static void gm__plan_note_alloc(gm_context* ctx, void* p, size_t size, gm_stream
 static int gm__plan_free(gm_context* ctx, void* ptr, gm_result* r);
 static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, gm_stream* used_on, gm_result* res);
 static void gm__plan_destroy(gm_context* ctx);
-static int gm__plan_check(gm_context* ctx);
+static void gm__plan_check(gm_context* ctx, gm__ck* ck);
 static void* gm__plan_region(const gm_context* ctx);
 
 /* >>alloc -----------------------------------------------------------------
@@ -4707,7 +4834,7 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
 }
 
 /* Defined with the tiered manager, below. */
-static int gm__tier_check(gm_context* ctx);
+static void gm__tier_check(gm_context* ctx, gm__ck* ck);
 static void gm__tier_shutdown(gm_context* ctx);
 static gm_result gm__disk_open(gm_context* ctx);
 static void gm__disk_close(gm_context* ctx);
@@ -4716,116 +4843,139 @@ static void gm__disk_inject(gm_context* ctx, int k, uint64_t nth);
 /* >>check -----------------------------------------------------------------
    gm_check: the arenas' own invariants, then the allocator's: the map holds
    exactly the USED blocks, the pending list exactly the PENDING ones, every
-   segment key names a stream state, and the statistics equal a walk. */
-GPUMEM_API int gm_check(gm_context* ctx) {
-    int bad = 0, pl;
+   segment key names a stream state, and the statistics equal a walk; then
+   the planned mode's, unified memory's and the tiered manager's. Each
+   broken invariant is one line of the report (gm__broken), naming the
+   structure: "device", "device small pool", "device large pool", "unified
+   memory", "plan", "tier", "host pool", "spill file". */
+static const char* const gm__arena_names[2] = {"device small pool", "device large pool"};
+
+static void gm__check_device(gm_context* ctx, gm__ck* ck) {
+    int pl;
     int64_t used_n[2] = {0, 0}, used_b[2] = {0, 0}, pend_n[2] = {0, 0}, pend_b[2] = {0, 0}, req_b[2] = {0, 0};
     size_t i, npend = 0, nplan = 0;
     gm__block* b;
-    if (GM__BAD_CTX(ctx)) return -1;
-    pthread_mutex_lock(&ctx->mu);
     for (pl = 0; pl < 2; pl++) {
         const gm__seg* s;
-        int ps = gm__pool_stat(pl);
-        bad += gm__arena_check(ctx, &ctx->pool[pl], &used_n[pl], &used_b[pl], &pend_n[pl], &pend_b[pl], &req_b[pl]);
-        for (s = ctx->pool[pl].segs; s; s = s->next)
-            if (s->key < 1 || s->key > ctx->nss) {
-                gm__log(ctx, GM_LOG_ERROR, "check: segment %#lx has no stream", (unsigned long)s->base);
-                bad++;
-            }
-        if (ctx->stats.allocation[ps].current != used_n[pl] || ctx->stats.allocated_bytes[ps].current != used_b[pl] ||
-            ctx->stats.requested_bytes[ps].current != req_b[pl] ||
-            ctx->stats.active[ps].current != used_n[pl] + pend_n[pl] ||
-            ctx->stats.active_bytes[ps].current != used_b[pl] + pend_b[pl]) {
-            gm__log(ctx, GM_LOG_ERROR, "check: pool %d allocation statistics differ from a walk", pl);
-            bad++;
-        }
+        const char* pn = gm__pool_names[gm__pool_stat(pl)];
+        const gm_stat* st;
+        size_t si = 0;
+        gm__arena_check(ck, &ctx->pool[pl], gm__arena_names[pl], &used_n[pl], &used_b[pl], &pend_n[pl], &pend_b[pl],
+                        &req_b[pl]);
+        for (s = ctx->pool[pl].segs; s; s = s->next, si++)
+            if (s->key < 1 || s->key > ctx->nss)
+                gm__broken(ck, "%s: segment %zu (%#lx) has owner key %lu, which names none of the %u streams",
+                           gm__arena_names[pl], si, (unsigned long)s->base, (unsigned long)s->key, ctx->nss);
+        st = &ctx->stats.allocation[gm__pool_stat(pl)];
+        if (st->current != used_n[pl])
+            gm__broken(ck, "device: stat allocation[%s] is %lld, %lld blocks are in use", pn, (long long)st->current,
+                       (long long)used_n[pl]);
+        st = &ctx->stats.allocated_bytes[gm__pool_stat(pl)];
+        if (st->current != used_b[pl])
+            gm__broken(ck, "device: stat allocated_bytes[%s] is %lld, blocks sum to %lld", pn, (long long)st->current,
+                       (long long)used_b[pl]);
+        st = &ctx->stats.requested_bytes[gm__pool_stat(pl)];
+        if (st->current != req_b[pl])
+            gm__broken(ck, "device: stat requested_bytes[%s] is %lld, requests sum to %lld", pn,
+                       (long long)st->current, (long long)req_b[pl]);
+        st = &ctx->stats.active[gm__pool_stat(pl)];
+        if (st->current != used_n[pl] + pend_n[pl])
+            gm__broken(ck, "device: stat active[%s] is %lld, %lld blocks are in use or pending", pn,
+                       (long long)st->current, (long long)(used_n[pl] + pend_n[pl]));
+        st = &ctx->stats.active_bytes[gm__pool_stat(pl)];
+        if (st->current != used_b[pl] + pend_b[pl])
+            gm__broken(ck, "device: stat active_bytes[%s] is %lld, blocks in use or pending sum to %lld", pn,
+                       (long long)st->current, (long long)(used_b[pl] + pend_b[pl]));
     }
-#define GM__CHECK_SUM(name, is_bytes)                                                                   \
-    if (ctx->stats.name[0].current != ctx->stats.name[1].current + ctx->stats.name[2].current) {      \
-        gm__log(ctx, GM_LOG_ERROR, "check: %s of all pools is not the sum of the pools", #name);       \
-        bad++;                                                                                          \
-    }
+#define GM__CHECK_SUM(name, is_bytes)                                                                                \
+    if (ctx->stats.name[0].current != ctx->stats.name[1].current + ctx->stats.name[2].current)                     \
+        gm__broken(ck, "device: stat %s[all] is %lld, small + large is %lld", #name,                                 \
+                   (long long)ctx->stats.name[0].current,                                                            \
+                   (long long)(ctx->stats.name[1].current + ctx->stats.name[2].current));
     GM_STAT_LIST(GM__CHECK_SUM)
 #undef GM__CHECK_SUM
-    bad += gm__plan_check(ctx);
+    gm__plan_check(ctx, ck);
     { /* unified memory: the live blocks counted, none also a block; the cache adds up */
         int64_t m = 0;
         size_t cached = 0;
         const gm__mblock* mb;
         for (i = 0; i < ctx->managed.cap; i++) {
-            if (!ctx->managed.keys[i]) continue;
+            uintptr_t k = ctx->managed.keys[i];
+            if (!k) continue;
             mb = (const gm__mblock*)ctx->managed.vals[i];
             if (mb->owner == GM__OWN_USER) m += (int64_t)mb->size;
-            if (gm__map_get(&ctx->map, ctx->managed.keys[i]) || mb->p != (void*)ctx->managed.keys[i] || mb->cap < mb->size ||
-                (mb->owner != GM__OWN_USER && mb->owner != GM__OWN_TENSOR)) {
-                gm__log(ctx, GM_LOG_ERROR, "check: unified memory at %#lx is a broken record or also a block",
-                        (unsigned long)ctx->managed.keys[i]);
-                bad++;
-            }
+            if (gm__map_get(&ctx->map, k))
+                gm__broken(ck, "unified memory: block %#lx (%zu bytes) is also a block of the device pools",
+                           (unsigned long)k, mb->size);
+            else if (mb->p != (void*)k)
+                gm__broken(ck, "unified memory: the record of block %#lx says it is at %p", (unsigned long)k, mb->p);
+            else if (mb->cap < mb->size)
+                gm__broken(ck, "unified memory: block %#lx holds %zu bytes in %zu", (unsigned long)k, mb->size,
+                           mb->cap);
+            else if (mb->owner != GM__OWN_USER && mb->owner != GM__OWN_TENSOR)
+                gm__broken(ck, "unified memory: block %#lx has owner %d", (unsigned long)k, mb->owner);
         }
         for (mb = ctx->mcache; mb; mb = mb->next) cached += mb->cap;
         for (mb = ctx->mpending; mb; mb = mb->next)
-            if (gm__map_get(&ctx->managed, (uintptr_t)mb->p)) bad++;
-        if (m != ctx->stats.managed_bytes || cached != ctx->mcached) {
-            gm__log(ctx, GM_LOG_ERROR, "check: unified-memory blocks hold %lld bytes, the statistics say %lld; %zu bytes "
-                    "cached, counted %zu", (long long)m, (long long)ctx->stats.managed_bytes, cached, ctx->mcached);
-            bad++;
-        }
+            if (gm__map_get(&ctx->managed, (uintptr_t)mb->p))
+                gm__broken(ck, "unified memory: block %p waits for its streams to be freed, and is live", mb->p);
+        if (m != ctx->stats.managed_bytes)
+            gm__broken(ck, "unified memory: stat managed_bytes is %lld, the user's blocks sum to %lld",
+                       (long long)ctx->stats.managed_bytes, (long long)m);
+        if (cached != ctx->mcached)
+            gm__broken(ck, "unified memory: the cache holds %zu bytes, %zu counted", cached, ctx->mcached);
     }
-    if ((int64_t)ctx->map.count != used_n[0] + used_n[1]) {
-        gm__log(ctx, GM_LOG_ERROR, "check: %zu pointers mapped, %lld blocks in use", ctx->map.count,
-                (long long)(used_n[0] + used_n[1]));
-        bad++;
-    }
+    if ((int64_t)ctx->map.count != used_n[0] + used_n[1])
+        gm__broken(ck, "device: %zu pointers mapped, %lld blocks in use", ctx->map.count,
+                   (long long)(used_n[0] + used_n[1]));
     for (i = 0; i < ctx->map.cap; i++) {
-        if (!ctx->map.keys[i]) continue;
+        uintptr_t k = ctx->map.keys[i];
+        if (!k) continue;
         b = (gm__block*)ctx->map.vals[i];
-        if (b->addr != ctx->map.keys[i] || b->state != GM__USED ||
-            (b->seg->arena != &ctx->pool[0] && b->seg->arena != &ctx->pool[1]) ||
-            (gm__block*)gm__map_get(&ctx->map, ctx->map.keys[i]) != b) {
-            gm__log(ctx, GM_LOG_ERROR, "check: map entry %#lx is not a block in use", (unsigned long)ctx->map.keys[i]);
-            bad++;
+        if (b->addr != k || b->state != GM__USED || (b->seg->arena != &ctx->pool[0] && b->seg->arena != &ctx->pool[1]) ||
+            (gm__block*)gm__map_get(&ctx->map, k) != b) {
+            const char* what = b->addr != k                      ? "its block is elsewhere"
+                               : b->state != GM__USED            ? gm__state_name(b->state)
+                               : gm__map_get(&ctx->map, k) != b ? "a lookup finds another block"
+                                                                 : "in no device pool";
+            gm__broken(ck, "device: map entry %#lx (%zu bytes) is not a block in use: %s", (unsigned long)k, b->size,
+                       what);
+            continue;
         }
         if (b->owner == GM__OWN_PLAN) nplan++;
-        if (b->owner == GM__OWN_TENSOR && !ctx->tier) {
-            gm__log(ctx, GM_LOG_ERROR, "check: block %#lx is held for a tensor, and there is no tiered manager",
-                    (unsigned long)b->addr);
-            bad++;
-        }
-        if (b->owner > GM__OWN_PLAN || (b->owner == GM__OWN_TENSOR) != (b->tag != 0) ||
-            (b->owner == GM__OWN_PLAN && gm__plan_region(ctx) != (void*)b->addr)) {
-            gm__log(ctx, GM_LOG_ERROR, "check: block %#lx has owner %d (tag %#x), which does not hold it",
-                    (unsigned long)b->addr, b->owner, b->tag);
-            bad++;
-        }
+        if (b->owner == GM__OWN_TENSOR && !ctx->tier)
+            gm__broken(ck, "device: block %#lx (%zu bytes) is held for tensor %#x, and there is no tiered manager",
+                       (unsigned long)b->addr, b->size, b->tag);
+        else if (b->owner > GM__OWN_PLAN || (b->owner == GM__OWN_TENSOR) != (b->tag != 0) ||
+                 (b->owner == GM__OWN_PLAN && gm__plan_region(ctx) != (void*)b->addr))
+            gm__broken(ck, "device: block %#lx (%zu bytes) has owner %d (tag %#x), which does not hold it",
+                       (unsigned long)b->addr, b->size, b->owner, b->tag);
     }
-    if (nplan != (gm__plan_region(ctx) ? 1u : 0u)) {
-        gm__log(ctx, GM_LOG_ERROR, "check: %zu blocks held by the planned mode, which has %s region", nplan,
-                gm__plan_region(ctx) ? "one" : "no");
-        bad++;
-    }
+    if (nplan != (gm__plan_region(ctx) ? 1u : 0u))
+        gm__broken(ck, "device: %zu blocks held by the planned mode, which has %s region", nplan,
+                   gm__plan_region(ctx) ? "one" : "no");
     for (i = 0; i < ctx->raw.cap; i++) { /* raw memory is no block of the cache */
-        if (!ctx->raw.keys[i]) continue;
-        if (gm__arena_seg_of(&ctx->pool[0], ctx->raw.keys[i]) || gm__arena_seg_of(&ctx->pool[1], ctx->raw.keys[i]) ||
-            gm__map_get(&ctx->managed, ctx->raw.keys[i]) || !ctx->raw.vals[i]) {
-            gm__log(ctx, GM_LOG_ERROR, "check: raw memory at %#lx is also memory of the allocator",
-                    (unsigned long)ctx->raw.keys[i]);
-            bad++;
-        }
+        uintptr_t k = ctx->raw.keys[i];
+        if (!k) continue;
+        if (gm__arena_seg_of(&ctx->pool[0], k) || gm__arena_seg_of(&ctx->pool[1], k) || gm__map_get(&ctx->managed, k))
+            gm__broken(ck, "device: raw memory at %#lx is also memory of the allocator", (unsigned long)k);
+        else if (!ctx->raw.vals[i])
+            gm__broken(ck, "device: raw memory at %#lx has no size", (unsigned long)k);
     }
-    for (b = ctx->pending; b; b = b->r) {
+    for (b = ctx->pending; b && npend <= ctx->npending + (size_t)(pend_n[0] + pend_n[1]); b = b->r) {
         npend++;
-        if (b->state != GM__PENDING || !b->nevents || (b->r && b->r->l != b)) bad++;
+        if (b->state != GM__PENDING || !b->nevents || (b->r && b->r->l != b))
+            gm__broken(ck, "device: pending list entry %#lx (%zu bytes) %s", (unsigned long)b->addr, b->size,
+                       b->state != GM__PENDING ? "is not pending"
+                       : !b->nevents           ? "waits for no event"
+                                               : "has a broken link to the next");
     }
-    if ((int64_t)npend != pend_n[0] + pend_n[1] || npend != ctx->npending) {
-        gm__log(ctx, GM_LOG_ERROR, "check: pending list out of step with the blocks");
-        bad++;
-    }
-    if ((uint64_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current > (uint64_t)ctx->budget + ctx->budget_slack) {
-        gm__log(ctx, GM_LOG_ERROR, "check: reserved memory exceeds the budget");
-        bad++;
-    }
+    if ((int64_t)npend != pend_n[0] + pend_n[1] || npend != ctx->npending)
+        gm__broken(ck, "device: the pending list holds %zu blocks, %zu counted, the pools have %lld pending", npend,
+                   ctx->npending, (long long)(pend_n[0] + pend_n[1]));
+    if ((uint64_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current > (uint64_t)ctx->budget + ctx->budget_slack)
+        gm__broken(ck, "device: %lld bytes reserved, past the budget of %zu (and %zu above it)",
+                   (long long)ctx->stats.reserved_bytes[GM_STAT_ALL].current, ctx->budget, ctx->budget_slack);
     for (i = 0; i < ctx->nss; i++) {
         const gm__sstate* s = &ctx->ss[i];
         uint32_t k;
@@ -4835,26 +4985,46 @@ GPUMEM_API int gm_check(gm_context* ctx) {
             uint64_t prev = k ? s->fep[(s->fhead + k - 1) % GM__FENCES] : s->safe_epoch;
             order = e > prev && e < s->epoch;
         }
-        if (!order) {
-            gm__log(ctx, GM_LOG_ERROR, "check: stream %zu epochs out of order", i);
-            bad++;
-        }
+        if (!order)
+            gm__broken(ck, "device: stream %zu: epochs out of order (safe %llu, last free %llu, now %llu, %u fences)",
+                       i, (unsigned long long)s->safe_epoch, (unsigned long long)s->dirty_epoch,
+                       (unsigned long long)s->epoch, s->fcount);
     }
     for (pl = 0; pl < 2; pl++) {
         const gm__seg* sg;
+        const char* nm = gm__arena_names[pl];
         for (sg = ctx->pool[pl].segs; sg; sg = sg->next) {
-            if (sg->key >= 1 && sg->key <= ctx->nss && sg->free_epoch > ctx->ss[sg->key - 1].dirty_epoch) {
-                gm__log(ctx, GM_LOG_ERROR, "check: segment %#lx freed in its owner's future", (unsigned long)sg->base);
-                bad++;
-            }
-            if (sg->va) bad += gm__vseg_check(ctx, sg);
-            else if (sg->mapped != sg->size) bad++;
-            if (sg->va && (sg->key < 1 || sg->key > ctx->nss || ctx->ss[sg->key - 1].vseg[pl] != sg)) bad++;
+            int owned = sg->key >= 1 && sg->key <= ctx->nss;
+            if (owned && sg->free_epoch > ctx->ss[sg->key - 1].dirty_epoch)
+                gm__broken(ck, "%s: segment %#lx was freed at epoch %llu, in its stream's future (%llu)", nm,
+                           (unsigned long)sg->base, (unsigned long long)sg->free_epoch,
+                           (unsigned long long)ctx->ss[sg->key - 1].dirty_epoch);
+            if (sg->va) gm__vseg_check(ck, nm, sg);
+            else if (sg->mapped != sg->size)
+                gm__broken(ck, "%s: segment %#lx counts %zu of its %zu bytes mapped", nm, (unsigned long)sg->base,
+                           sg->mapped, sg->size);
+            if (sg->va && (!owned || ctx->ss[sg->key - 1].vseg[pl] != sg))
+                gm__broken(ck, "%s: expandable segment %#lx is not its stream's", nm, (unsigned long)sg->base);
         }
     }
-    pthread_mutex_unlock(&ctx->mu);
-    return bad + gm__tier_check(ctx);
 }
+
+GPUMEM_API int gm_check_report(gm_context* ctx, char* buf, size_t size) {
+    gm__ck ck;
+    if (buf && size) buf[0] = 0;
+    if (GM__BAD_CTX(ctx)) return -1;
+    memset(&ck, 0, sizeof ck);
+    ck.ctx = ctx;
+    ck.buf = buf;
+    ck.cap = buf ? size : 0;
+    pthread_mutex_lock(&ctx->mu);
+    gm__check_device(ctx, &ck);
+    pthread_mutex_unlock(&ctx->mu);
+    gm__tier_check(ctx, &ck);
+    return gm__ck_end(&ck);
+}
+
+GPUMEM_API int gm_check(gm_context* ctx) { return gm_check_report(ctx, NULL, 0); }
 
 /* >>setup -----------------------------------------------------------------
    Setup resolves the desc, starts the backend and sizes the budget;
@@ -6701,7 +6871,7 @@ static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
    when the pool is full. */
 static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
     gm__block* b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
-                      gm__round_up(bytes ? bytes : 1, 4096), gm__host_grow, tm);
+                      gm__round_up(bytes ? bytes : 1, GM__HOST_PAGE), gm__host_grow, tm);
     if (b) {
         tm->host_used += b->size;
         if (tm->host_used > tm->host_peak) tm->host_peak = tm->host_used;
@@ -7335,7 +7505,7 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&tm->mu, &ma);
     pthread_mutexattr_destroy(&ma);
-    gm__arena_init(&tm->host, 4096, NULL, 0);
+    gm__arena_init(&tm->host, GM__HOST_PAGE, NULL, 0);
     pthread_mutex_lock(&ctx->mu);
     if (ctx->tier) { /* another thread got there first: use its manager */
         gm__tier* won = (gm__tier*)ctx->tier;
@@ -8316,64 +8486,86 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     return GM_OK;
 }
 
-/* The tier's invariants, for gm_check (called without ctx->mu held). */
-static int gm__tier_check(gm_context* ctx) {
+/* The tier's invariants, for gm_check (called without ctx->mu held):
+   "tier" for the tensors, their lists and figures, "host pool" and "spill
+   file" for the arenas below. */
+static const char* gm__job_name(int kind) {
+    return kind == GM__J_WRITE_MEM ? "a write from the host copy"
+           : kind == GM__J_READ_MEM ? "a read into the host copy"
+           : kind == GM__J_WRITE_DEV ? "a write from the device copy"
+                                     : "a read into the device copy";
+}
+
+static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
     gm__tier* tm = gm__tier_of(ctx);
     gm__tensor* x;
-    uint32_t i;
-    int bad = 0;
+    uint32_t i, last = 0;
     int64_t dev = 0, host = 0, man = 0, live = 0, disk_n = 0, disk_b = 0, diskb = 0;
     size_t onlru = 0, want_lru = 0;
-    if (!tm) return 0;
+    if (!tm) return;
     pthread_mutex_lock(&tm->mu);
-    for (i = tm->lru; i && onlru <= tm->n; i = x->next) {
+    for (i = tm->lru; i && onlru <= tm->n; last = i, i = x->next) {
+        if (i > tm->n) {
+            gm__broken(ck, "tier: the LRU list links to tensor index %u, past the %u there are", i - 1, tm->n);
+            break;
+        }
         x = GM__LRU(tm, i);
         onlru++;
-        if (!x->live || !x->dev || x->acquired || (x->next && GM__LRU(tm, x->next)->prev != i)) bad++;
+        if (x->prev != last)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) on the LRU list: its back link is broken",
+                       gm__handle_id(tm, x), x->bytes);
+        else if (!x->live)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) on the LRU list but destroyed", gm__handle_id(tm, x), x->bytes);
+        else if (!x->dev)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) on the LRU list but not on the device", gm__handle_id(tm, x),
+                       x->bytes);
+        else if (x->acquired)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) on the LRU list but acquired", gm__handle_id(tm, x), x->bytes);
     }
+    if (!i && last != tm->lru_tail)
+        gm__broken(ck, "tier: the LRU list's tail names %u, the walk ends at %u (indices + 1; 0: none)", tm->lru_tail,
+                   last);
     for (i = 0; i < tm->ntk; i++) {
         const gm__track* k = &tm->tk[i];
-        if (k->n > k->cap || k->n > k->seq || (k->cap && k->head >= k->cap)) {
-            gm__log(ctx, GM_LOG_ERROR, "check: the marks of stream %u are out of order", i);
-            bad++;
-        }
+        if (k->n > k->cap || k->n > k->seq || (k->cap && k->head >= k->cap))
+            gm__broken(ck, "tier: the marks of track %u are out of order (%u outstanding, ring of %u from %u, last %llu)",
+                       i, k->n, k->cap, k->head, (unsigned long long)k->seq);
     }
     for (i = 0; i < tm->n; i++) {
+        uint32_t id;
         x = &tm->t[i];
         if (!x->live) continue;
+        id = gm__handle_id(tm, x);
         live++;
-        if (!x->dev && !x->managed && !x->host_valid && !x->disk_valid) {
-            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u is in no tier", i);
-            bad++;
-        }
-        if ((x->host_valid && !x->host) || (x->host && !x->host_valid && !(x->job && x->job->kind == GM__J_READ_MEM))) {
-            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u holds a host block with no copy in it", i);
-            bad++;
-        }
+        if (!x->dev && !x->managed && !x->host_valid && !x->disk_valid)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) is in no tier", id, x->bytes);
+        if (x->host_valid && !x->host)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) has a valid host copy and no host block", id, x->bytes);
+        else if (x->host && !x->host_valid && !(x->job && x->job->kind == GM__J_READ_MEM))
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) holds a host block with no copy in it", id, x->bytes);
         if (x->job && (x->job->ti != i || x->job->gen != x->gen || !x->disk ||
                        (x->job->kind == GM__J_WRITE_MEM ? !x->host_valid || x->disk_valid
                         : x->job->kind == GM__J_WRITE_DEV ? !x->dev || x->disk_valid || x->dev != x->job->dev
-                                                          : !x->host || x->host_valid || !x->disk_valid))) {
-            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u and its disk job disagree", i);
-            bad++;
-        }
+                                                          : !x->host || x->host_valid || !x->disk_valid)))
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) and its disk job (%s) disagree", id, x->bytes,
+                       gm__job_name(x->job->kind));
         if (x->done_tk >= tm->ntk || x->done_seq > tm->tk[x->done_tk].seq || x->ready_seq > tm->tk[GM__TK_IN].seq ||
-            x->hr_seq > tm->tk[GM__TK_IN].seq || x->out_seq > tm->tk[GM__TK_OUT].seq) {
-            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u waits for a mark never made", i);
-            bad++;
-        }
-        if ((x->disk_valid != (x->disk != NULL) && !(x->job && x->job->kind != GM__J_READ_MEM)) ||
-            (x->blank && x->job) || (x->disk && x->disk->size < x->bytes)) {
-            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u has a broken disk extent", i);
-            bad++;
-        }
+            x->hr_seq > tm->tk[GM__TK_IN].seq || x->out_seq > tm->tk[GM__TK_OUT].seq)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) waits for a mark never made", id, x->bytes);
+        if (x->disk_valid != (x->disk != NULL) && !(x->job && x->job->kind != GM__J_READ_MEM))
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) has %s", id, x->bytes,
+                       x->disk ? "a disk extent with no copy in it" : "a valid disk copy and no extent");
+        else if (x->blank && x->job)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) was never written and has a disk job", id, x->bytes);
+        else if (x->disk && x->disk->size < x->bytes)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) has a disk extent of %zu bytes", id, x->bytes, x->disk->size);
         if (x->disk) disk_n++, disk_b += (int64_t)x->disk->size;
         if (x->disk_valid) diskb += (int64_t)x->bytes;
-        if (x->acquired && !x->dev && !x->managed) bad++;
-        if (x->prefetched == 2 && (!x->dev || x->blank || (!x->host_valid && !x->disk_valid))) {
-            gm__log(ctx, GM_LOG_ERROR, "check: tensor %u: its device copy is room only, but no copy below holds its bytes", i);
-            bad++;
-        }
+        if (x->acquired && !x->dev && !x->managed)
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) is acquired and not on the device", id, x->bytes);
+        if (x->prefetched == 2 && (!x->dev || x->blank || (!x->host_valid && !x->disk_valid)))
+            gm__broken(ck, "tier: tensor %#x (%zu bytes) has a device copy that is room only, and no copy below "
+                       "holds its bytes", id, x->bytes);
         if (x->dev && !x->acquired) want_lru++;
         if (x->dev) dev += (int64_t)x->bytes;
         else if (x->managed) man += (int64_t)x->bytes;
@@ -8389,36 +8581,33 @@ static int gm__tier_check(gm_context* ctx) {
             ndev++;
             b = (const gm__block*)gm__map_get(&ctx->map, (uintptr_t)x->dev);
             if (!b || b->owner != GM__OWN_TENSOR || b->tag != gm__handle_id(tm, x) || b->size < x->bytes) {
-                gm__log(ctx, GM_LOG_ERROR, "check: the device copy of tensor %#x at %p is %s", gm__handle_id(tm, x),
-                        x->dev, !b ? "not a block in use" : "a block held by someone else");
-                bad++;
-            } else if (ctx->ss[b->seg->key - 1].stream != GM__IN(tm)) {
-                gm__log(ctx, GM_LOG_ERROR, "check: the device copy of tensor %#x is not memory of the manager's stream",
-                        gm__handle_id(tm, x));
-                bad++;
-            }
+                const char* what = !b ? "not a block in use" : b->size >= x->bytes ? "a block held by someone else"
+                                                                                   : "a smaller block";
+                gm__broken(ck, "tier: the device copy of tensor %#x (%zu bytes) at %p is %s", gm__handle_id(tm, x),
+                           x->bytes, x->dev, what);
+            } else if (ctx->ss[b->seg->key - 1].stream != GM__IN(tm))
+                gm__broken(ck, "tier: the device copy of tensor %#x (%zu bytes) is not memory of the manager's stream",
+                           gm__handle_id(tm, x), x->bytes);
         }
         for (k = 0; k < ctx->map.cap; k++)
             if (ctx->map.keys[k] && ((const gm__block*)ctx->map.vals[k])->owner == GM__OWN_TENSOR) held++;
         pthread_mutex_unlock(&ctx->mu);
-        if (held != ndev) {
-            gm__log(ctx, GM_LOG_ERROR, "check: %zu blocks held for tensors, %zu tensors on the device", held, ndev);
-            bad++;
-        }
+        if (held != ndev) gm__broken(ck, "tier: %zu device blocks held for tensors, %zu tensors on the device", held, ndev);
     }
-    if (onlru != want_lru || live != tm->st.tensors || dev != tm->st.device_bytes || host != tm->st.host_bytes ||
-        man != tm->st.managed_bytes || diskb != tm->st.disk_bytes) {
-        gm__log(ctx, GM_LOG_ERROR,
-                "check: tier lists or byte counts differ from a walk of the tensors: lru %zu/%zu, tensors %lld/%lld, "
-                "device %lld/%lld, host %lld/%lld, managed %lld/%lld, disk %lld/%lld",
-                onlru, want_lru, (long long)live, (long long)tm->st.tensors, (long long)dev,
-                (long long)tm->st.device_bytes, (long long)host, (long long)tm->st.host_bytes, (long long)man,
-                (long long)tm->st.managed_bytes, (long long)diskb, (long long)tm->st.disk_bytes);
-        bad++;
-    }
+    if (onlru != want_lru)
+        gm__broken(ck, "tier: %zu tensors on the LRU list, %zu on the device and released", onlru, want_lru);
+#define GM__TIER_STAT(name, walk, what)                                                                              \
+    if ((walk) != tm->st.name)                                                                                       \
+        gm__broken(ck, "tier: stat " #name " is %lld, " what " %lld", (long long)tm->st.name, (long long)(walk));
+    GM__TIER_STAT(tensors, live, "live tensors are")
+    GM__TIER_STAT(device_bytes, dev, "tensors on the device sum to")
+    GM__TIER_STAT(host_bytes, host, "valid host copies sum to")
+    GM__TIER_STAT(managed_bytes, man, "tensors in unified memory sum to")
+    GM__TIER_STAT(disk_bytes, diskb, "valid disk copies sum to")
+#undef GM__TIER_STAT
     {
         int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0, job_ext_n = 0, job_ext_b = 0;
-        size_t segb = 0, held = 0, job_host = 0;
+        size_t segb = 0, held = 0, job_host = 0, si = 0;
         const gm__seg* sg;
         if (ctx->disk) { /* what jobs hold after their tensor let go */
             gm__disk* dk = (gm__disk*)ctx->disk;
@@ -8433,41 +8622,52 @@ static int gm__tier_check(gm_context* ctx) {
                 }
             pthread_mutex_unlock(&dk->mu);
         }
-        bad += gm__arena_check(ctx, &tm->host, &un, &ub, &pn, &pb, &rb);
-        for (sg = tm->host.segs; sg; sg = sg->next) {
+        gm__arena_check(ck, &tm->host, "host pool", &un, &ub, &pn, &pb, &rb);
+        for (sg = tm->host.segs; sg; sg = sg->next, si++) {
             const gm__block* b;
+            size_t nb = 0; /* as the arena's walk: a cycle ends */
             segb += sg->size;
-            for (b = sg->first; b; b = b->next)
-                if (b->ord[0] > tm->tk[GM__TK_IN].seq || b->ord[1] > tm->tk[GM__TK_OUT].seq) {
-                    gm__log(ctx, GM_LOG_ERROR, "check: host block %#lx waits for a mark never made", (unsigned long)b->addr);
-                    bad++;
-                }
+            for (b = sg->first; b && nb++ <= sg->size / tm->host.align; b = b->next)
+                if (b->ord[0] > tm->tk[GM__TK_IN].seq || b->ord[1] > tm->tk[GM__TK_OUT].seq)
+                    gm__broken(ck, "host pool: block at offset %lld of segment %zu (%#lx) waits for a mark never made",
+                               (long long)(b->addr - sg->base), si, (unsigned long)sg->base);
         }
         for (i = 0; i < tm->n; i++)
             if (tm->t[i].live && tm->t[i].host) held += tm->t[i].host->size;
-        if ((size_t)ub != tm->host_used + tm->host_jobs || held != tm->host_used || job_host != tm->host_jobs ||
-            segb != tm->host_reserved || tm->host_peak < tm->host_used) {
-            gm__log(ctx, GM_LOG_ERROR, "check: the host pool's counts differ from its blocks (%lld/%zu/%zu used, %zu/%zu "
-                    "held)", (long long)ub, held, tm->host_used, segb, tm->host_reserved);
-            bad++;
-        }
+        if ((size_t)ub != tm->host_used + tm->host_jobs)
+            gm__broken(ck, "host pool: blocks in use sum to %lld, counted %zu for tensors and %zu for disk jobs",
+                       (long long)ub, tm->host_used, tm->host_jobs);
+        if (held != tm->host_used) gm__broken(ck, "host pool: tensors hold %zu bytes, %zu counted", held, tm->host_used);
+        if (job_host != tm->host_jobs)
+            gm__broken(ck, "host pool: disk jobs hold %zu bytes, %zu counted", job_host, tm->host_jobs);
+        if (segb != tm->host_reserved)
+            gm__broken(ck, "host pool: segments sum to %zu bytes, %zu counted reserved", segb, tm->host_reserved);
+        if (tm->host_reserved > ctx->desc.host_budget)
+            gm__broken(ck, "host pool: %zu bytes reserved, past host_budget %zu", tm->host_reserved,
+                       ctx->desc.host_budget);
+        if (tm->host_peak < tm->host_used)
+            gm__broken(ck, "host pool: the peak use %zu is below the use %zu", tm->host_peak, tm->host_used);
         if (ctx->disk) { /* the extents in use are exactly the tensors' */
             gm__disk* dk = (gm__disk*)ctx->disk;
             segb = 0;
             un = ub = 0;
-            bad += gm__arena_check(ctx, &dk->ar, &un, &ub, &pn, &pb, &rb);
+            gm__arena_check(ck, &dk->ar, "spill file", &un, &ub, &pn, &pb, &rb);
             for (sg = dk->ar.segs; sg; sg = sg->next) segb += sg->size;
-            if (un != disk_n + job_ext_n || ub != disk_b + job_ext_b || segb != dk->reserved || dk->reserved > dk->budget) {
-                gm__log(ctx, GM_LOG_ERROR, "check: the spill file's extents differ from the tensors' (%lld/%lld extents)",
-                        (long long)un, (long long)disk_n);
-                bad++;
-            }
+            if (un != disk_n + job_ext_n)
+                gm__broken(ck, "spill file: %lld extents in use, tensors hold %lld and disk jobs %lld", (long long)un,
+                           (long long)disk_n, (long long)job_ext_n);
+            else if (ub != disk_b + job_ext_b)
+                gm__broken(ck, "spill file: extents in use sum to %lld bytes, tensors hold %lld and disk jobs %lld",
+                           (long long)ub, (long long)disk_b, (long long)job_ext_b);
+            if (segb != dk->reserved)
+                gm__broken(ck, "spill file: segments sum to %zu bytes, %zu counted reserved", segb, dk->reserved);
+            if (dk->reserved > dk->budget)
+                gm__broken(ck, "spill file: %zu bytes reserved, past its budget %zu", dk->reserved, dk->budget);
         } else if (disk_n) {
-            bad++;
+            gm__broken(ck, "tier: %lld tensors hold disk extents, and there is no disk tier", (long long)disk_n);
         }
     }
     pthread_mutex_unlock(&tm->mu);
-    return bad;
 }
 
 /* Shutdown: waits for copies, frees what the tensors hold, the pool, the
@@ -9580,33 +9780,27 @@ static void* gm__plan_region(const gm_context* ctx) {
 }
 
 /* Live planned blocks: in the region, counted, and disjoint. With mu held. */
-static int gm__plan_check(gm_context* ctx) {
+static void gm__plan_check(gm_context* ctx, gm__ck* ck) {
     gm__plan* pl = (gm__plan*)ctx->plan;
     size_t k, live = 0;
-    int bad = 0;
     uint32_t c;
-    if (!pl) return 0;
+    if (!pl) return;
     if (pl->base) {
         const gm__block* b = (const gm__block*)gm__map_get(&ctx->map, (uintptr_t)pl->base);
-        if (!b || b->size < pl->region) {
-            gm__log(ctx, GM_LOG_ERROR, "check: the plan's region at %p is not a block of its size", pl->base);
-            bad++;
-        }
+        if (!b || b->size < pl->region)
+            gm__broken(ck, "plan: the region at %p (%llu bytes) is %s", pl->base, (unsigned long long)pl->region,
+                       b ? "larger than its block" : "not a block in use");
     }
     for (k = 0; k < pl->n; k++) {
         if (!pl->live[k]) continue;
         live++;
         if (pl->off[k] + pl->size[k] > pl->region ||
-            (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)pl->base + pl->off[k]) != k + 1) {
-            gm__log(ctx, GM_LOG_ERROR, "check: planned request %zu is not where the plan put it", k);
-            bad++;
-        }
+            (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)pl->base + pl->off[k]) != k + 1)
+            gm__broken(ck, "plan: request %zu (%llu bytes at offset %llu) is not where the plan put it", k,
+                       (unsigned long long)pl->size[k], (unsigned long long)pl->off[k]);
         for (c = pl->cstart[k]; c < pl->cstart[k + 1]; c++)
-            if (pl->live[pl->conf[c]]) {
-                gm__log(ctx, GM_LOG_ERROR, "check: planned requests %zu and %u overlap and are both live", k,
-                        pl->conf[c]);
-                bad++;
-            }
+            if (pl->live[pl->conf[c]])
+                gm__broken(ck, "plan: requests %zu and %u overlap and are both live", k, pl->conf[c]);
     }
     {
         size_t carried = 0, overdue = 0;
@@ -9614,18 +9808,13 @@ static int gm__plan_check(gm_context* ctx) {
             carried += pl->live[k] && pl->gen[k] != pl->step_gen;
             overdue += pl->live[k] && pl->gen[k] == pl->step_gen && pl->late[k];
         }
-        if (carried != pl->carried || overdue != pl->overdue) {
-            gm__log(ctx, GM_LOG_ERROR, "check: %zu carried and %zu overdue planned blocks, counted %zu and %zu", carried,
-                    overdue, pl->carried, pl->overdue);
-            bad++;
-        }
+        if (carried != pl->carried)
+            gm__broken(ck, "plan: %zu blocks carried over from the last step, %zu counted", carried, pl->carried);
+        if (overdue != pl->overdue)
+            gm__broken(ck, "plan: %zu blocks overdue, %zu counted", overdue, pl->overdue);
     }
-    if (live != pl->nlive || live != pl->livemap.count) {
-        gm__log(ctx, GM_LOG_ERROR, "check: %zu planned blocks live, counted %zu, mapped %zu", live, pl->nlive,
-                pl->livemap.count);
-        bad++;
-    }
-    return bad;
+    if (live != pl->nlive || live != pl->livemap.count)
+        gm__broken(ck, "plan: %zu blocks live, %zu counted, %zu mapped", live, pl->nlive, pl->livemap.count);
 }
 
 static gm__plan* gm__plan_get(gm_context* ctx) {

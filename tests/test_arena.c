@@ -15,7 +15,11 @@ static gm_context* quiet_ctx(void) {
 static gm_context* g_quiet; /* only for the checker's log calls */
 static int check_arena(const gm__arena* a) {
     int64_t un = 0, ub = 0, pn = 0, pb = 0, rb = 0;
-    return gm__arena_check(g_quiet, a, &un, &ub, &pn, &pb, &rb);
+    gm__ck ck;
+    memset(&ck, 0, sizeof ck);
+    ck.ctx = g_quiet;
+    gm__arena_check(&ck, a, "arena", &un, &ub, &pn, &pb, &rb);
+    return gm__ck_end(&ck);
 }
 
 /* The classic: a 2048-byte pool with no growth serves four 512-byte blocks

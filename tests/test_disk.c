@@ -4,7 +4,7 @@
    transfer (failing, short and out-of-space writes, failing and short
    reads, a byte flipped in the file) giving the right error and losing
    nothing; the spill file hidden, mode 0600 and gone at shutdown; the
-   spill budget; the randomized differential walk with most tensors on
+   spill budget; host budgets of whole pages and not; the randomized differential walk with most tensors on
    disk; CRC32C against known values. Sim only (the kernels read device
    memory from the host). The spill directory is made under
    $GM_TEST_DISK_DIR (default /var/tmp) and must be empty at the end. */
@@ -174,6 +174,87 @@ static void test_demotion(void) {
     T_EQ(ts.disk_bytes, 0);
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_shutdown(ctx));
+}
+
+/* host_budget at any value, with a disk tier below: budgets that are
+   whole pages and budgets that are not (below one page too). The host
+   pool takes whole pages up to the budget; tensors fill the device and
+   host tiers and spill to disk; each step keeps gm_check at 0, and every
+   byte reads back, in both orders and after a trip to disk. */
+static int hb_info;
+static void hb_log(gm_log_level level, const char* msg, void* user) {
+    (void)user;
+    if (level == GM_LOG_INFO && strstr(msg, "host_budget 10486760") && strstr(msg, "10485760")) hb_info++;
+    t_log(level, msg, NULL);
+}
+
+static void test_host_budget(void) {
+    static const size_t budgets[] = {6 * MiB,   4096,      10 * MiB + 1000, 6 * MiB + 4095, 3 * MiB + 4097,
+                                     3 * 4096 + 1, 5000, 4095, 1000, 1};
+    size_t k;
+    t_every_byte = 1;
+    for (k = 0; k < sizeof budgets / sizeof budgets[0]; k++) {
+        const size_t budget = budgets[k], pages = budget - budget % 4096;
+        gm_context* ctx = disk_ctx(4 * MiB, budget, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm_tensor t[64];
+        size_t sz[64], total = 0;
+        gm_tier_stats ts;
+        int n = 0, i, on_host = 0, on_disk = 0, bad = 0, fails = t_fail;
+        T_EQ(gm_query_desc(ctx).host_budget, pages);
+        while (n < 64 && total < 4 * MiB + pages + 6 * MiB) { /* past the device and the host: some spill */
+            sz[n] = n % 3 == 2 ? (size_t)n * 97 % 6000 + 1 : 300 * KiB + (size_t)n * 1111 + 1; /* small ones fit a small pool */
+            if (!T_OK(gm_tensor_create(ctx, &t[n], sz[n]))) break;
+            fill(ctx, t[n], sz[n], (unsigned)n + 1, NULL);
+            total += sz[n++];
+            bad += gm_check(ctx) != 0;
+        }
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_CHECK(ts.host_reserved <= (int64_t)pages);
+        T_CHECK(ts.host_bytes <= (int64_t)pages);
+        T_CHECK(ts.disk_bytes > 0);
+        for (i = 0; i < n; i++) on_host += where(ctx, t[i]) == GM_TIER_HOST, on_disk += where(ctx, t[i]) == GM_TIER_DISK;
+        T_CHECK(on_disk > 0);
+        if (pages >= 2 * MiB) T_CHECK(on_host > 0);
+        if (pages) T_CHECK(ts.bytes_to_host > 0);
+        else T_EQ(ts.bytes_to_host, 0);
+        for (i = 0; i < n; i++) {
+            verify(ctx, t[i], sz[i], (unsigned)i + 1, NULL);
+            bad += gm_check(ctx) != 0;
+        }
+        for (i = n - 1; i >= 0; i--) {
+            verify(ctx, t[i], sz[i], (unsigned)i + 1, NULL);
+            bad += gm_check(ctx) != 0;
+        }
+        for (i = 0; i < n; i += 3) {
+            T_OK(gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK));
+            bad += gm_check(ctx) != 0;
+        }
+        for (i = 0; i < n; i++) {
+            verify(ctx, t[i], sz[i], (unsigned)i + 1, NULL);
+            bad += gm_check(ctx) != 0;
+        }
+        T_EQ(errors_now(ctx), 0);
+        T_EQ(bad, 0);
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_CHECK(ts.host_reserved <= (int64_t)pages);
+        for (i = 0; i < n; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+        T_EQ(gm_check(ctx), 0);
+        T_OK(gm_shutdown(ctx));
+        if (t_fail != fails) printf("(with host_budget %zu)\n", budget);
+    }
+    t_every_byte = 0;
+    { /* the rounding is said once, at info */
+        gm_desc d = t_desc();
+        gm_context* ctx;
+        d.host_budget = 10 * MiB + 1000;
+        d.log_fn = hb_log;
+        d.log_level = GM_LOG_INFO;
+        ctx = t_setup(d);
+        T_EQ(hb_info, 1);
+        T_EQ(gm_query_desc(ctx).host_budget, 10 * MiB);
+        T_OK(gm_shutdown(ctx));
+        T_EQ(hb_info, 1);
+    }
 }
 
 /* Flips one byte of the spill file at `off` (through its /proc link). */
@@ -434,6 +515,7 @@ int main(int argc, char** argv) {
     test_faults(GM_DISK_IO_PREAD);
     test_checksum_off();
     test_budget();
+    test_host_budget();
     test_walk_mostly_disk();
     test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
     test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
