@@ -7290,6 +7290,8 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
         if (!GM__HOLDS(v) && !v->disk_valid) {
             if (gm__to_disk(ctx, tm, v) != GM_OK) break;
             tm->st.host_demotions++;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) written from the host tier to disk for room",
+                    gm__handle_id(tm, v), v->bytes);
             if (!v->host_valid) continue; /* its copy went while it waited (a write's end applied) */
         }
         gm__tier_count(tm, v, -1);
@@ -7416,6 +7418,10 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (clean) tm->st.clean_evictions++;
     gm__lru_del(tm, x);
     tm->st.evictions++;
+    gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes, priority %d) left the device: %s", gm__handle_id(tm, x),
+            x->bytes, x->priority, x->blank ? "never written, nothing copied"
+            : clean ? "its copy below was valid, nothing copied"
+            : x->host_valid ? "copied to the host tier" : "written to disk");
     return GM_OK;
 }
 

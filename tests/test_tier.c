@@ -865,6 +865,43 @@ static void test_phases(void) {
     T_CHECK(named.bytes <= lru.bytes);
 }
 
+/* log:debug shows the manager's decisions: evictions, prefetches, plans. */
+static int dbg_left, dbg_prefetched, dbg_plan;
+static void dbg_log(gm_log_level level, const char* msg, void* user) {
+    (void)user;
+    if (level != GM_LOG_DEBUG) return;
+    dbg_left += strstr(msg, "left the device") != NULL;
+    dbg_prefetched += strstr(msg, "prefetched to the device") != NULL;
+    dbg_plan += strstr(msg, "are the plan of phase") != NULL;
+}
+
+static void test_debug_log(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor t[12];
+    int i, k;
+    d.device_budget = 4 * MiB + 64 * KiB;
+    d.host_budget = 64 * MiB;
+    d.log_fn = dbg_log;
+    d.log_level = GM_LOG_DEBUG;
+    ctx = t_setup(d);
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < 12; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], 512 * KiB));
+        fill(ctx, t[i], 512 * KiB, (unsigned)i + 1, NULL);
+    }
+    for (k = 0; k < 3; k++) {
+        for (i = 0; i < 12; i++) verify_read(ctx, t[i], 512 * KiB, (unsigned)i + 1);
+        T_OK(gm_tier_step(ctx));
+    }
+    T_CHECK(dbg_left > 0);
+    T_CHECK(dbg_prefetched > 0);
+    T_EQ(dbg_plan, 3);
+    T_EQ(errors_now(ctx), 0);
+    for (i = 0; i < 12; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -883,6 +920,7 @@ int main(int argc, char** argv) {
     test_batch();
     test_launch_copy();
     test_phases();
+    test_debug_log();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     return t_done();
