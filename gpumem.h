@@ -129,6 +129,47 @@
     no failure; gm_tier_stats.swaps counts them), and only when no victim
     fits, GM_ERR_OUT_OF_MEMORY.
 
+    Say what an acquire does with the bytes, and release as acquired:
+        gm_use u[3] = {{w, GM_ACCESS_READ}, {x, GM_ACCESS_READ},
+                       {y, GM_ACCESS_OVERWRITE}};            // a layer
+        gm_tensor_acquire_many(ctx, u, 3, stream);    // all three, or none
+        ...kernels read u[0].ptr, u[1].ptr, write all of u[2].ptr...
+        gm_tensor_release_many(ctx, u, 3, stream);    // y written, w and x not
+    GM_ACCESS_OVERWRITE brings nothing in (zeroed gradients, recomputed
+    activations); a tensor never written moves no byte in any tier; a
+    read keeps the copies below valid, so its eviction is free. One
+    tensor at a time: gm_tensor_acquire_as, and gm_tensor_release with
+    GM_AS_ACQUIRED. Evaluation and training: gm_tier_set_phase keeps a
+    learned plan per phase (or a step is matched by how it begins).
+
+    Questions a port asks:
+    - A pointer from an acquire stays valid for all work queued on its
+      stream before the release, even if that work runs later: eviction
+      waits (on the device) for the release's event. After the release,
+      queue nothing more on it.
+    - gm_launch_host's `user` must live until the function ran; use
+      gm_launch_host_copy for a small argument block copied at the call.
+    - Options: a desc field you set wins, then desc.conf, then GPUMEM_CONF
+      (each fills only the fields still zero); ignore_env skips the
+      environment (GPUMEM_CONF and GPUMEM_TRACE).
+    - Device budget: at least the largest set of tensors acquired at once
+      (a batch's sum), rounded up to the allocator's blocks (512 B, and
+      2 MiB segments below 1 MiB, 20 MiB segments below 10 MiB), plus what
+      plain gm_alloc holds; about 10% more keeps prefetching useful. With
+      less, a batch fails with GM_ERR_OUT_OF_MEMORY before acquiring any.
+    - prefetch_ahead (learned order): enough acquires to cover one copy:
+      (tensor bytes / link bytes per s) / compute time per acquire, at
+      least 1; 2-4 is typical. More only costs room: a prefetch never
+      evicts a tensor needed sooner than the one it brings.
+    - Outside a recorded step (another phase without gm_tier_set_phase,
+      or a new sequence), acquires that depart from the plan resynchronize
+      to it; four in a row and learned order stops prefetching and evicts
+      least recently used first, until the plan is followed again.
+    - Complexity: acquire, release, prefetch and evict are O(1) plus the
+      victims' choice, O(released tensors on the device) (a custom policy
+      sees them all); a batch of n sorts its n; gm_tier_step is O(plan +
+      tensors) plus Belady's order, O(plan x tensors held).
+
     THE DISK TIER
     =============
     With desc.disk_dir (or disk_dir:PATH) set, the host tier is no longer
