@@ -35,7 +35,7 @@ TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 # Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
 # suite replays their kept inputs on every build (sim only).
 FUZZ     := options setup rmm lifetimes packing snapshot
-SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ)) test_torch_names
+SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ)) test_torch_names test_install
 B        := build
 
 # The CUDA build of the tests links CUDART: the CUDA runtime stand-in of
@@ -52,7 +52,7 @@ TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
 CUDART_TEST   := $(B)/cudart/test_cudart
 endif
 
-.PHONY: all tools test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools install uninstall FORCE test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -268,6 +268,39 @@ caching: $(B)/caching
 
 demo: $(B)/demo
 	@if [ -x $(CUDA_HOME)/bin/nvcc ] && $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1; then $(B)/demo-cuda; else $(B)/demo; fi
+
+# make install PREFIX=... [CUDA=1]: the header, the tools and a pkg-config
+# file (pkg-config --cflags --libs gpumem) whose flags say how this build
+# was configured: io_uring when liburing was found, the CUDA backend with
+# CUDA=1. make uninstall removes them. DESTDIR stages a package.
+PREFIX  ?= /usr/local
+VERSION ?= 0.1
+PC_CFLAGS := $(URING) $(if $(filter 1,$(CUDA)),-DGPUMEM_CUDA -I$(CUDA_HOME)/include)
+PC_LIBS   := -pthread -lm $(URING_LIB) $(if $(filter 1,$(CUDA)),$(CUDA_LIB))
+INSTALLED := include/gpumem.h bin/gm-replay bin/gm-viz lib/pkgconfig/gpumem.pc
+
+$(B)/gpumem.pc: FORCE
+	@mkdir -p $(dir $@)
+	@printf 'prefix=%s\nincludedir=$${prefix}/include\n\nName: gpumem\nDescription: a caching allocator and tiered manager for GPU memory, in one C header\nVersion: %s\nCflags: -I$${includedir} %s\nLibs: %s\n' \
+		'$(PREFIX)' '$(VERSION)' '$(strip $(PC_CFLAGS))' '$(strip $(PC_LIBS))' > $@
+
+install: tools $(B)/gpumem.pc
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 gpumem.h $(DESTDIR)$(PREFIX)/include/gpumem.h
+	install -m 755 $(B)/gm-replay $(B)/gm-viz $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(B)/gpumem.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/gpumem.pc
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+
+# The install, checked: into a temporary prefix, examples/basic.c built with
+# pkg-config's flags alone, then uninstalled (part of the suite).
+$(B)/sim/test_install: tools/test-install.sh
+	@mkdir -p $(dir $@)
+	@printf '#!/bin/sh\nexec sh tools/test-install.sh\n' > $@
+	@chmod +x $@
+
+FORCE:
 
 clean:
 	rm -rf $(B)
