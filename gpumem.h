@@ -611,13 +611,20 @@ typedef struct gm_tier_stats {
 typedef enum gm_access {
     GM_ACCESS_READ_WRITE = 0, /* brought in; the release says whether they changed */
     GM_ACCESS_READ,           /* brought in; released unchanged (GM_AS_ACQUIRED: not written) */
-    GM_ACCESS_OVERWRITE       /* the caller writes every byte before reading any: nothing is
+    GM_ACCESS_OVERWRITE,      /* the caller writes every byte before reading any: nothing is
                                  brought in, and the release is written whatever it says */
+    GM_ACCESS_READ_LAST       /* brought in, read for the last time: released (as acquired, or
+                                 in a batch) the bytes are discarded (GM_DISCARD) */
 } gm_access;
 
 /* gm_tensor_release's `written`: as the acquires since the tensor was last
    not acquired said (written unless every one was GM_ACCESS_READ). */
 #define GM_AS_ACQUIRED (-1)
+/* gm_tensor_release's `written`: the bytes are not needed any more (a
+   gradient the optimizer consumed, an activation after its backward): the
+   tensor holds no bytes until written again, so it leaves the device and
+   comes back without a copy, like a tensor never written. */
+#define GM_DISCARD (-2)
 
 /* One tensor of a batch (gm_tensor_acquire_many / gm_tensor_release_many). */
 typedef struct gm_use {
@@ -796,8 +803,9 @@ GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor t, gm_tier* tier
    acquired (uses[i].ptr set) or none is (the first failure's result; what
    was brought in stays, as a prefetch). A tensor may appear more than once
    (nested acquires). gm_tensor_release_many releases them in reverse
-   order, each written unless its access is GM_ACCESS_READ; it checks every
-   use first and releases none when one is misused. */
+   order, each written unless its access is GM_ACCESS_READ (not written) or
+   GM_ACCESS_READ_LAST (discarded); it checks every use first and releases
+   none when one is misused. */
 GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor t, gm_stream stream, gm_access access, void** ptr);
 GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* uses, size_t n, gm_stream stream);
 GPUMEM_API gm_result gm_tensor_release_many(gm_context* ctx, const gm_use* uses, size_t n, gm_stream stream);
@@ -6612,6 +6620,7 @@ typedef struct gm__tensor {
     int disk_valid, blank;  /* blank: never written (see the invariants) */
     int use_wr, use_ow;     /* the acquires since it was last not acquired: some wrote (not
                                GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
+    int use_last;           /* and every one was GM_ACCESS_READ_LAST */
     int read_ahead;         /* its host copy was read from disk ahead of use, not used yet */
     uint32_t crc;           /* CRC32C of the bytes on disk */
     gm__job* job;           /* disk I/O in flight: the host copy (or the device copy, through
@@ -6678,6 +6687,7 @@ typedef struct gm__tier {
     gm__phase ph[GM_TIER_PHASES];
     int cur;                /* the active phase */
     int named;              /* gm_tier_set_phase was called: no recognition by prefix */
+    int rec_phase;          /* named: the phase the recording belongs to (the plan followed may be another's) */
     int lost;               /* the acquires left the plan: no prefetch, LRU victims */
     uint32_t miss, regain;  /* departures in a row; matches in a row while lost */
     int closed;             /* the phase of the last step that ended, or -1 */
@@ -8008,6 +8018,7 @@ static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int ove
         tm->caprec = cap;
     }
     tm->rec[tm->nrec++] = (uint32_t)(x - tm->t) | (overwrite ? GM__PLAN_OW : 0u);
+    if (tm->named && tm->nrec == 1 && tm->closed >= 0) tm->ph[tm->closed].next = tm->rec_phase; /* what followed */
     gm__learn_follow(ctx, tm, (uint32_t)(x - tm->t));
 }
 
@@ -8154,9 +8165,14 @@ static int gm__leaves(const gm__tier* tm, uint32_t i) {
    which is active from now; a new step begins. */
 static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     uint32_t i, *first, *at, np = tm->nrec < GM__PREFIX ? tm->nrec : GM__PREFIX;
-    int k, slot = tm->cur;
+    int k, slot = tm->named ? tm->rec_phase : tm->cur;
     gm__phase f;
-    if (!tm->named && tm->nrec) { /* the phase this step was: by its beginning, else a new one */
+    if (!tm->nrec) { /* nothing acquired: the plans stay, the step begins again */
+        if (tm->named && tm->cur != tm->rec_phase) gm__phase_activate(tm, tm->rec_phase);
+        tm->pos = 0;
+        return GM_OK;
+    }
+    if (!tm->named) { /* the phase this step was: by its beginning, else a new one */
         slot = -1;
         for (k = 0; k < GM_TIER_PHASES && slot < 0; k++)
             if (gm__phase_begins(tm, k, tm->rec, np)) slot = k;
@@ -8229,16 +8245,51 @@ GPUMEM_API gm_result gm_tier_set_phase(gm_context* ctx, int phase) {
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
     gm__io_reap(ctx, tm);
-    tm->named = 1;
-    tm->ph[tm->cur].next = phase;
+    if (!tm->named) { /* plans recognised before the first name mean nothing now: what was recorded is phase 0's */
+        int k;
+        for (k = 0; k < GM_TIER_PHASES; k++) gm__phase_free(&tm->ph[k]);
+        tm->named = 1;
+        tm->rec_phase = 0;
+        tm->closed = -1;
+        gm__phase_activate(tm, 0);
+    }
+    tm->ph[tm->rec_phase].next = phase;
     if (tm->nrec) r = gm__phase_close(ctx, tm); /* the step of the phase left ends here */
     if (r == GM_OK) {
+        tm->rec_phase = phase;
         gm__phase_activate(tm, phase);
         tm->pos = 0;
         if (tm->policy == GM_EVICT_LEARNED) gm__learn_ahead(ctx, tm, NULL); /* its first tensors come in now */
     }
     pthread_mutex_unlock(&tm->mu);
     return r;
+}
+
+/* Free tensor slots, a min-heap: create takes the lowest, so tensors made
+   again each step (activations, gradients) get the same slots whatever
+   order they were destroyed in, and a learned plan, which names tensors
+   by slot, still describes them. */
+static void gm__tslot_put(gm__tier* tm, uint32_t i) {
+    uint32_t k = tm->nfree++;
+    while (k && tm->freeidx[(k - 1) / 2] > i) {
+        tm->freeidx[k] = tm->freeidx[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    tm->freeidx[k] = i;
+}
+
+static uint32_t gm__tslot_take(gm__tier* tm) {
+    uint32_t top = tm->freeidx[0], last = tm->freeidx[--tm->nfree], k = 0;
+    for (;;) {
+        uint32_t c = 2 * k + 1;
+        if (c >= tm->nfree) break;
+        if (c + 1 < tm->nfree && tm->freeidx[c + 1] < tm->freeidx[c]) c++;
+        if (tm->freeidx[c] >= last) break;
+        tm->freeidx[k] = tm->freeidx[c];
+        k = c;
+    }
+    if (tm->nfree) tm->freeidx[k] = last;
+    return top;
 }
 
 GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes) {
@@ -8255,7 +8306,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     pthread_mutex_lock(&tm->mu);
     gm__io_reap(ctx, tm);
     if (tm->nfree) {
-        i = tm->freeidx[--tm->nfree];
+        i = gm__tslot_take(tm);
     } else {
         if (tm->n == tm->cap) {
             uint32_t cap = tm->cap ? tm->cap * 2 : 256;
@@ -8301,7 +8352,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     }
     if (r != GM_OK) {
         x->live = 0;
-        tm->freeidx[tm->nfree++] = i;
+        gm__tslot_put(tm, i);
         pthread_mutex_unlock(&tm->mu);
         return r;
     }
@@ -8329,7 +8380,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     gm__host_free(ctx, tm, x);
     gm__disk_drop(ctx, x);
     x->live = 0;
-    if ((x->gen & 0xfffu) != 0xfffu) tm->freeidx[tm->nfree++] = (uint32_t)(x - tm->t); /* else retired: no handle repeats */
+    if ((x->gen & 0xfffu) != 0xfffu) gm__tslot_put(tm, (uint32_t)(x - tm->t)); /* else retired: no handle repeats */
     tm->st.tensors--;
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
@@ -8348,7 +8399,7 @@ static int gm__batch_ow(const gm_use* u, gm__tensor* const* xs, size_t n, const 
 }
 
 static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s, gm_access a) {
-    if ((int)a < 0 || a > GM_ACCESS_OVERWRITE)
+    if ((int)a < 0 || a > GM_ACCESS_READ_LAST)
         return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: access %d of tensor %#x is none of gm_access", (int)a, h.id);
     if (x->acquired && x->stream != s)
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is acquired on another stream", h.id);
@@ -8359,7 +8410,7 @@ static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h
 
 static void gm__acq_hold(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
-    if (!x->acquired++) x->use_wr = x->use_ow = 0; /* the first of a nest */
+    if (!x->acquired++) x->use_wr = x->use_ow = 0, x->use_last = 1; /* the first of a nest */
     gm__lru_del(tm, x);
 }
 
@@ -8391,7 +8442,8 @@ static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_str
     gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, s);
     if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, s);
     gm__tk_order(ctx, tm, x->done_tk, x->done_seq, s);
-    if (a != GM_ACCESS_READ) { /* may be written from now: the room below held no bytes, and goes */
+    if (a != GM_ACCESS_READ_LAST) x->use_last = 0;
+    if (a != GM_ACCESS_READ && a != GM_ACCESS_READ_LAST) { /* may be written from now: the room below held no bytes, and goes */
         if (x->blank && (x->host_valid || x->disk_valid)) {
             gm__tier_count(tm, x, -1);
             gm__host_free(ctx, tm, x);
@@ -8416,8 +8468,10 @@ static gm_result gm__rel_check(gm_context* ctx, const gm__tensor* x, gm_tensor h
 
 static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int written) {
     uint32_t ti;
+    int discard = written == GM_DISCARD || (written == GM_AS_ACQUIRED && x->use_last);
     written = written == GM_AS_ACQUIRED ? x->use_wr : written != 0;
     written |= x->use_ow; /* an overwrite's bytes are new whatever the caller says */
+    if (discard) written = 1; /* the copies below go, as for a write; then it holds no bytes */
     if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead */
         ctx->be->stream_sync(ctx, s);
         ti = 0, x->done_seq = 0;
@@ -8436,6 +8490,7 @@ static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s
         x->done_tk = ti;
         x->done_seq = gm__tk_mark(ctx, tm, ti);
     }
+    if (discard) x->blank = 1;
     x->stamp = ++tm->clock;
     if (--x->acquired == 0 && x->dev) gm__lru_push(tm, x);
 }
@@ -8603,7 +8658,8 @@ GPUMEM_API gm_result gm_tensor_release_many(gm_context* ctx, const gm_use* u, si
     if (!xs) r = GM_ERR_HOST_OUT_OF_MEMORY;
     if (r == GM_OK) r = gm__batch_get(ctx, tm, u, n, s, 0, xs);
     if (r == GM_OK)
-        for (i = n; i-- > 0;) gm__rel_do(ctx, tm, xs[i], s, u[i].access != GM_ACCESS_READ);
+        for (i = n; i-- > 0;)
+            gm__rel_do(ctx, tm, xs[i], s, u[i].access == GM_ACCESS_READ_LAST ? GM_DISCARD : u[i].access != GM_ACCESS_READ);
     pthread_mutex_unlock(&tm->mu);
     return r;
 }

@@ -902,6 +902,109 @@ static void test_debug_log(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Regressions of the learned plan by phase, found by a GPT-shaped trainer:
+   tensors made again each step keep their slots (the plan names tensors by
+   slot) whatever order they were destroyed in; a named phase's recording
+   is stored as that phase's plan even when its acquires followed another
+   phase's plan for a while; a step with no acquires keeps the plans. */
+static int64_t departures(gm_context* ctx) {
+    gm_tier_stats ts;
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    return ts.plan_departures;
+}
+
+static void test_phase_regressions(void) {
+    gm_context* ctx = tier_ctx(64 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor w[4], a[4], ph[6];
+    gm_stream s;
+    int64_t d0;
+    int i, step;
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    T_OK(gm_tier_set_phase(ctx, 0));
+    for (i = 0; i < 4; i++) T_OK(gm_tensor_create(ctx, &w[i], MiB));
+    for (step = 0; step < 6; step++) {
+        d0 = departures(ctx);
+        for (i = 0; i < 4; i++) {
+            gm_use u[3];
+            u[0].tensor = w[i], u[0].access = GM_ACCESS_READ;
+            u[1].tensor = i ? a[i - 1] : w[0], u[1].access = GM_ACCESS_READ;
+            T_OK(gm_tensor_create(ctx, &a[i], MiB));
+            u[2].tensor = a[i], u[2].access = GM_ACCESS_OVERWRITE;
+            T_OK(gm_tensor_acquire_many(ctx, u, 3, s));
+            T_OK(gm_tensor_release_many(ctx, u, 3, s));
+        }
+        for (i = 0; i < 4; i++) T_OK(gm_tensor_destroy(ctx, a[i])); /* not in reverse */
+        T_OK(gm_tier_step(ctx));
+        if (step >= 2) T_EQ(departures(ctx) - d0, 0);
+    }
+    for (i = 0; i < 4; i++) T_OK(gm_tensor_destroy(ctx, w[i]));
+    /* phase 0: A B C D; phase 1: X Y, later X B C (two of phase 0's in a row) */
+    for (i = 0; i < 6; i++) {
+        T_OK(gm_tensor_create(ctx, &ph[i], MiB));
+        fill(ctx, ph[i], MiB, (unsigned)i + 1, NULL);
+    }
+    for (step = 0; step < 6; step++) {
+        static const int seq1[2][3] = {{4, 5, -1}, {4, 1, 2}};
+        T_OK(gm_tier_set_phase(ctx, 0));
+        d0 = departures(ctx);
+        for (i = 0; i < 4; i++) verify_read(ctx, ph[i], MiB, (unsigned)i + 1);
+        if (step >= 2) T_EQ(departures(ctx) - d0, 0);
+        T_OK(gm_tier_step(ctx));
+        T_OK(gm_tier_step(ctx)); /* nothing acquired: the plan stays */
+        T_OK(gm_tier_set_phase(ctx, 1));
+        for (i = 0; i < 3; i++) {
+            int j = seq1[step % 2][i];
+            if (j >= 0) verify_read(ctx, ph[j], MiB, (unsigned)j + 1);
+        }
+    }
+    T_EQ(errors_now(ctx), 0);
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_destroy(ctx, ph[i]));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* GM_DISCARD and GM_ACCESS_READ_LAST: the bytes are dead after this use,
+   so the tensor leaves the device and comes back without a copy. */
+static void test_discard(void) {
+    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    const size_t n = 2 * MiB;
+    gm_tensor g, h;
+    gm_use u[1];
+    gm_tier_stats a, b;
+    void* p;
+    T_OK(gm_tensor_create(ctx, &g, n));
+    T_OK(gm_tensor_create(ctx, &h, n));
+    fill(ctx, g, n, 5, NULL);
+    fill(ctx, h, n, 6, NULL);
+    T_OK(gm_tier_get_stats(ctx, &a));
+    T_OK(gm_tensor_acquire_as(ctx, g, NULL, GM_ACCESS_READ, &p));
+    T_OK(run(ctx, NULL, p, n, 5, 0));
+    T_OK(gm_tensor_release(ctx, g, NULL, GM_DISCARD));
+    T_EQ(info(ctx, g).written, 0);
+    u[0].tensor = h, u[0].access = GM_ACCESS_READ_LAST;
+    T_OK(gm_tensor_acquire_many(ctx, u, 1, NULL));
+    T_OK(run(ctx, NULL, u[0].ptr, n, 6, 0));
+    T_OK(gm_tensor_release_many(ctx, u, 1, NULL));
+    T_EQ(info(ctx, h).written, 0);
+    T_OK(gm_tensor_evict(ctx, g));
+    T_OK(gm_tensor_evict(ctx, h));
+    T_OK(gm_tensor_acquire_as(ctx, g, NULL, GM_ACCESS_READ_LAST, &p));
+    T_OK(gm_tensor_release(ctx, g, NULL, GM_AS_ACQUIRED));
+    T_OK(gm_tier_get_stats(ctx, &b));
+    T_EQ(b.bytes_to_host, a.bytes_to_host); /* nothing copied out or in */
+    T_EQ(b.bytes_to_device, a.bytes_to_device);
+    overwrite(ctx, g, n, 9, GM_AS_ACQUIRED); /* written again: it holds bytes */
+    T_OK(gm_tensor_evict(ctx, g));
+    verify(ctx, g, n, 9, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, g));
+    T_OK(gm_tensor_destroy(ctx, h));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -921,6 +1024,8 @@ int main(int argc, char** argv) {
     test_launch_copy();
     test_phases();
     test_debug_log();
+    test_phase_regressions();
+    test_discard();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     return t_done();
