@@ -129,6 +129,47 @@
     no failure; gm_tier_stats.swaps counts them), and only when no victim
     fits, GM_ERR_OUT_OF_MEMORY.
 
+    Say what an acquire does with the bytes, and release as acquired:
+        gm_use u[3] = {{w, GM_ACCESS_READ}, {x, GM_ACCESS_READ},
+                       {y, GM_ACCESS_OVERWRITE}};            // a layer
+        gm_tensor_acquire_many(ctx, u, 3, stream);    // all three, or none
+        ...kernels read u[0].ptr, u[1].ptr, write all of u[2].ptr...
+        gm_tensor_release_many(ctx, u, 3, stream);    // y written, w and x not
+    GM_ACCESS_OVERWRITE brings nothing in (zeroed gradients, recomputed
+    activations); a tensor never written moves no byte in any tier; a
+    read keeps the copies below valid, so its eviction is free. One
+    tensor at a time: gm_tensor_acquire_as, and gm_tensor_release with
+    GM_AS_ACQUIRED. Evaluation and training: gm_tier_set_phase keeps a
+    learned plan per phase (or a step is matched by how it begins).
+
+    Questions a port asks:
+    - A pointer from an acquire stays valid for all work queued on its
+      stream before the release, even if that work runs later: eviction
+      waits (on the device) for the release's event. After the release,
+      queue nothing more on it.
+    - gm_launch_host's `user` must live until the function ran; use
+      gm_launch_host_copy for a small argument block copied at the call.
+    - Options: a desc field you set wins, then desc.conf, then GPUMEM_CONF
+      (each fills only the fields still zero); ignore_env skips the
+      environment (GPUMEM_CONF and GPUMEM_TRACE).
+    - Device budget: at least the largest set of tensors acquired at once
+      (a batch's sum), rounded up to the allocator's blocks (512 B, and
+      2 MiB segments below 1 MiB, 20 MiB segments below 10 MiB), plus what
+      plain gm_alloc holds; about 10% more keeps prefetching useful. With
+      less, a batch fails with GM_ERR_OUT_OF_MEMORY before acquiring any.
+    - prefetch_ahead (learned order): enough acquires to cover one copy:
+      (tensor bytes / link bytes per s) / compute time per acquire, at
+      least 1; 2-4 is typical. More only costs room: a prefetch never
+      evicts a tensor needed sooner than the one it brings.
+    - Outside a recorded step (another phase without gm_tier_set_phase,
+      or a new sequence), acquires that depart from the plan resynchronize
+      to it; four in a row and learned order stops prefetching and evicts
+      least recently used first, until the plan is followed again.
+    - Complexity: acquire, release, prefetch and evict are O(1) plus the
+      victims' choice, O(released tensors on the device) (a custom policy
+      sees them all); a batch of n sorts its n; gm_tier_step is O(plan +
+      tensors) plus Belady's order, O(plan x tensors held).
+
     THE DISK TIER
     =============
     With desc.disk_dir (or disk_dir:PATH) set, the host tier is no longer
@@ -778,6 +819,17 @@ GPUMEM_API gm_result gm_tier_reset_peaks(gm_context* ctx);
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
                                         void* user);
 GPUMEM_API gm_result gm_tier_step(gm_context* ctx);
+/* Learned order by phase (training, evaluation, generation, ...): the
+   acquires from now belong to `phase` (0 .. GM_TIER_PHASES-1; every context
+   starts in 0), which records its own steps and keeps its own plan; the
+   step of the phase left ends here, as by gm_tier_step. Without it, a step
+   is matched to the plan that began the same way (its first acquires), so
+   steps that alternate between a few sequences each keep theirs. Either
+   way, acquires that depart from the plan make it resynchronize, and a run
+   of departures stops prefetching (LRU victims) until the plan is followed
+   again (gm_tier_stats.plan_departures, plan_lost, prefetch_wasted). */
+#define GM_TIER_PHASES 8
+GPUMEM_API gm_result gm_tier_set_phase(gm_context* ctx, int phase);
 
 /* Make the nth next operation of that kind fail (n = 1: the next one);
    n = 0 disarms. The device's kinds (allocation, copy, pinned allocation)
@@ -6576,6 +6628,15 @@ typedef struct gm__tensor {
                                survive the array growing) */
 } gm__tensor;
 
+/* A learned plan (>>tier: learned order), one per phase. */
+typedef struct gm__phase {
+    uint32_t *plan, nplan;
+    uint32_t *use_first, *use_at, nuse_first;
+    uint8_t* leaves;
+    uint64_t used;          /* tier clock when it was last made active */
+    int next;               /* the phase whose step followed this one's last time (recognised), or -1 */
+} gm__phase;
+
 typedef struct gm__tier {
     pthread_mutex_t mu;
     gm__tensor* t;
@@ -6609,11 +6670,17 @@ typedef struct gm__tier {
        plan: plan[q] is the tensor of the q-th acquire; use_at/use_first
        list each tensor's positions in ascending order (CSR) */
     uint32_t *rec, nrec, caprec;
-    uint32_t *plan, nplan;
+    uint32_t *plan, nplan;  /* the active phase's plan (owned by ph[cur]) */
     uint32_t *use_first, *use_at, nuse_first;
     uint8_t* leaves;        /* per use (as use_at): Belady's order, with the device and host
                                budgets as one cache, evicts the tensor before its next use */
-    uint32_t pos;           /* acquires so far in this step */
+    uint32_t pos;           /* the plan position of the next acquire */
+    gm__phase ph[GM_TIER_PHASES];
+    int cur;                /* the active phase */
+    int named;              /* gm_tier_set_phase was called: no recognition by prefix */
+    int lost;               /* the acquires left the plan: no prefetch, LRU victims */
+    uint32_t miss, regain;  /* departures in a row; matches in a row while lost */
+    int closed;             /* the phase of the last step that ended, or -1 */
     uint64_t evict_after;   /* while prefetching: only victims used later */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
@@ -6777,6 +6844,8 @@ static gm_result gm__tk_of(gm_context* ctx, gm__tier* tm, gm_stream s, uint32_t*
    mostly empty for a while, like the device's gc threshold. */
 #define GM__HOST_WINDOW 1024
 #define GM__NEVER ((uint64_t)1 << 62)
+/* Learned order with a plan it follows: victims by next use (else LRU). */
+#define GM__PLANNED(tm) ((tm)->policy == GM_EVICT_LEARNED && (tm)->nplan && !(tm)->lost)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
 static int gm__leaves(const gm__tier* tm, uint32_t i);
 
@@ -7224,9 +7293,9 @@ static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int c
         if (!x->live || !x->host_valid || x == except || x->acquired || x->job) continue;
         kept = GM__HOLDS(x) ? 0 : x->disk_valid ? 1 : 2; /* 2: the only copy, must be written */
         if (kept == 2 && !can_write) continue;
-        nu = tm->policy == GM_EVICT_LEARNED ? gm__next_use(tm, i) : 0;
+        nu = GM__PLANNED(tm) ? gm__next_use(tm, i) : 0;
         if (after && nu <= after) continue;
-        when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - nu : x->stamp; /* lower goes first */
+        when = GM__PLANNED(tm) ? GM__NEVER - nu : x->stamp; /* lower goes first */
         if (!best || kept < best_kept ||
             (kept == best_kept && (x->priority < best->priority || (x->priority == best->priority && when < best_when)))) {
             best = x;
@@ -7262,6 +7331,8 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
         if (!GM__HOLDS(v) && !v->disk_valid) {
             if (gm__to_disk(ctx, tm, v) != GM_OK) break;
             tm->st.host_demotions++;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) written from the host tier to disk for room",
+                    gm__handle_id(tm, v), v->bytes);
             if (!v->host_valid) continue; /* its copy went while it waited (a write's end applied) */
         }
         gm__tier_count(tm, v, -1);
@@ -7281,7 +7352,7 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
     size_t free_room, soon = 0;
     uint32_t i;
     if (!ctx->disk || tm->host_reserved > ctx->desc.host_budget) return;
-    if (tm->policy == GM_EVICT_LEARNED && tm->nplan && tm->leaves) {
+    if (GM__PLANNED(tm) && tm->leaves) {
         /* a known future: exactly the copies Belady's order sends to disk before their next use
            are written, and no other */
         for (i = 0; i < tm->n; i++) {
@@ -7304,9 +7375,9 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
             gm__tensor* x = &tm->t[i];
             uint64_t when;
             if (!x->live || !x->host_valid || x->job || x->acquired || GM__HOLDS(x) || x->disk_valid) continue;
-            when = tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, i) : x->stamp;
+            when = GM__PLANNED(tm) ? GM__NEVER - gm__next_use(tm, i) : x->stamp;
             if (!v || x->priority < v->priority ||
-                (x->priority == v->priority && when < (tm->policy == GM_EVICT_LEARNED ? GM__NEVER - gm__next_use(tm, (uint32_t)(v - tm->t)) : v->stamp)))
+                (x->priority == v->priority && when < (GM__PLANNED(tm) ? GM__NEVER - gm__next_use(tm, (uint32_t)(v - tm->t)) : v->stamp)))
                 v = x;
         }
         if (!v || gm__disk_behind(ctx, tm, v) != GM_OK) return;
@@ -7362,7 +7433,7 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         int fresh = !x->host;
         /* learned order: a tensor Belady's order sends to disk takes only free host room
            (else it goes straight to disk), never room other copies would have to leave */
-        int away = ctx->disk && tm->policy == GM_EVICT_LEARNED && gm__leaves(tm, (uint32_t)(x - tm->t));
+        int away = ctx->disk && GM__PLANNED(tm) && gm__leaves(tm, (uint32_t)(x - tm->t));
         if (fresh) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x);
         if (x->host) {
             r = gm__copy_out(ctx, tm, x);
@@ -7388,14 +7459,28 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (clean) tm->st.clean_evictions++;
     gm__lru_del(tm, x);
     tm->st.evictions++;
+    gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes, priority %d) left the device: %s", gm__handle_id(tm, x),
+            x->bytes, x->priority, x->blank ? "never written, nothing copied"
+            : clean ? "its copy below was valid, nothing copied"
+            : x->host_valid ? "copied to the host tier" : "written to disk");
     return GM_OK;
 }
 
 /* Acquires from now until tensor i is used again by the plan: a position
    later in this step, or in the next; far away when the plan never uses it. */
+/* Tensor i's first use in the step expected after this one (the phase
+   that followed this one last time, else this one), counted from now. */
+static uint64_t gm__next_step_use(const gm__tier* tm, uint32_t i) {
+    int k = tm->ph[tm->cur].next >= 0 ? tm->ph[tm->cur].next : tm->cur;
+    const gm__phase* f = &tm->ph[k];
+    if (!f->nplan || i >= f->nuse_first || f->use_first[i] == f->use_first[i + 1]) return GM__NEVER;
+    return (uint64_t)(tm->nplan > tm->pos ? tm->nplan - tm->pos : 0) + f->use_at[f->use_first[i]] + 1;
+}
+
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
     uint32_t lo, hi;
-    if (!tm->nplan || i >= tm->nuse_first || tm->use_first[i] == tm->use_first[i + 1]) return GM__NEVER;
+    if (!tm->nplan) return GM__NEVER;
+    if (i >= tm->nuse_first || tm->use_first[i] == tm->use_first[i + 1]) return gm__next_step_use(tm, i);
     lo = tm->use_first[i];
     hi = tm->use_first[i + 1];
     while (lo < hi) { /* first use after pos */
@@ -7404,7 +7489,7 @@ static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
         else hi = mid;
     }
     if (lo < tm->use_first[i + 1]) return (uint64_t)(tm->use_at[lo] - tm->pos) + 1;
-    return (uint64_t)(tm->nplan > tm->pos ? tm->nplan - tm->pos : 0) + tm->use_at[tm->use_first[i]] + 1;
+    return gm__next_step_use(tm, i);
 }
 
 /* The policy's choice among released tensors on the device, or NULL.
@@ -7431,7 +7516,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
             tm->cand[n++] = gm__handle(ctx, x->gen, k - 1);
             continue;
         }
-        nu = tm->policy == GM_EVICT_LEARNED ? gm__next_use(tm, k - 1) : 0;
+        nu = GM__PLANNED(tm) ? gm__next_use(tm, k - 1) : 0;
         if (tm->evict_after && nu <= tm->evict_after) continue; /* needed before what we make room for */
         if (!best || x->priority < best->priority || (x->priority == best->priority && nu > best_next)) {
             best = x;
@@ -7485,6 +7570,11 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     if (tm) return tm;
     tm = (gm__tier*)gm__calloc(sizeof *tm);
     if (!tm) return NULL;
+    {
+        int k;
+        for (k = 0; k < GM_TIER_PHASES; k++) tm->ph[k].next = -1;
+        tm->closed = -1;
+    }
     tm->captk = 8;
     tm->tk = (gm__track*)gm__calloc(tm->captk * sizeof *tm->tk);
     if (!tm->tk) {
@@ -7782,7 +7872,134 @@ static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    (write-behind). */
 #define GM__PLAN_OW 0x80000000u
 #define GM__PLAN_T(e) ((e) & ~GM__PLAN_OW)
-static void gm__learn_note(gm__tier* tm, gm__tensor* x, int overwrite) {
+/* >>tier: learned order by phase. Invariants: tm->plan, use_first,
+   use_at, nuse_first and leaves are ph[cur]'s (the phase owns them); rec
+   holds the acquires since the phase's step began. A step's acquires
+   become a phase's plan when it ends (gm_tier_step, or gm_tier_set_phase
+   leaving it): the named phase's, or without names the phase whose plan
+   begins as the step did (GM__PREFIX acquires), else a free or the least
+   recently used one. In a step, the first acquires choose among the
+   phases by the same prefix; after that, an acquire the plan did not
+   expect resynchronizes to that tensor's next use in the plan, and
+   GM__LOST departures in a row mean the acquires left every plan: no
+   prefetching and LRU victims until two expected acquires in a row. */
+#define GM__PREFIX 8u
+#define GM__LOST 4u
+
+static void gm__phase_free(gm__phase* f) {
+    GPUMEM_FREE(f->plan);
+    GPUMEM_FREE(f->use_first);
+    GPUMEM_FREE(f->use_at);
+    GPUMEM_FREE(f->leaves);
+    memset(f, 0, sizeof *f);
+    f->next = -1;
+}
+
+static void gm__phase_activate(gm__tier* tm, int k) {
+    gm__phase* f = &tm->ph[k];
+    tm->cur = k;
+    tm->plan = f->plan;
+    tm->nplan = f->nplan;
+    tm->use_first = f->use_first;
+    tm->use_at = f->use_at;
+    tm->nuse_first = f->nuse_first;
+    tm->leaves = f->leaves;
+    f->used = ++tm->clock;
+    tm->lost = 0;
+    tm->miss = tm->regain = 0;
+}
+
+/* Whether phase k's plan begins with the n entries of seq (tensors only). */
+static int gm__phase_begins(const gm__tier* tm, int k, const uint32_t* seq, uint32_t n) {
+    const gm__phase* f = &tm->ph[k];
+    uint32_t i;
+    if (!n || f->nplan < n) return 0;
+    for (i = 0; i < n; i++)
+        if (GM__PLAN_T(f->plan[i]) != GM__PLAN_T(seq[i])) return 0;
+    return 1;
+}
+
+/* A position q of tensor i in phase k's plan right after tensor prev (a
+   few of i's uses are looked at). */
+static int gm__learn_find(const gm__tier* tm, int k, uint32_t i, uint32_t prev, uint32_t* q) {
+    const gm__phase* f = &tm->ph[k];
+    uint32_t u, end;
+    if (!f->nplan || i >= f->nuse_first) return 0;
+    end = f->use_first[i + 1] - f->use_first[i] > 16 ? f->use_first[i] + 16 : f->use_first[i + 1];
+    for (u = f->use_first[i]; u < end; u++) {
+        uint32_t at = f->use_at[u];
+        if (GM__PLAN_T(f->plan[at ? at - 1 : f->nplan - 1]) == prev) {
+            *q = at;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The plan's next position after an acquire of tensor i (see >>tier:
+   learned order by phase). */
+static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
+    uint32_t lo, hi, first;
+    int k;
+    if (!tm->nplan) {
+        tm->pos++;
+        return;
+    }
+    if (GM__PLAN_T(tm->plan[tm->pos % tm->nplan]) == i) { /* as planned */
+        tm->pos++;
+        tm->miss = 0;
+        if (tm->lost && ++tm->regain >= 2) {
+            tm->lost = 0;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: the acquires follow the plan of phase %d again", tm->cur);
+        }
+        return;
+    }
+    tm->st.plan_departures++;
+    tm->regain = 0;
+    if (!tm->named && tm->nrec <= GM__PREFIX) /* the step began as another phase's did */
+        for (k = 0; k < GM_TIER_PHASES; k++)
+            if (k != tm->cur && gm__phase_begins(tm, k, tm->rec, tm->nrec)) {
+                gm__phase_activate(tm, k);
+                tm->pos = tm->nrec;
+                gm__log(ctx, GM_LOG_DEBUG, "tier: the step follows the plan of phase %d", k);
+                return;
+            }
+    if (tm->nrec >= 2) { /* the last two acquires are consecutive in a plan: follow it from there */
+        uint32_t prev = GM__PLAN_T(tm->rec[tm->nrec - 2]), q;
+        for (k = 0; k < GM_TIER_PHASES; k++) {
+            int kk = k == 0 ? tm->cur : k == tm->cur ? 0 : k;
+            if (!gm__learn_find(tm, kk, i, prev, &q)) continue;
+            if (kk != tm->cur || tm->lost) {
+                gm__phase_activate(tm, kk);
+                gm__log(ctx, GM_LOG_DEBUG, "tier: the acquires follow the plan of phase %d", kk);
+            }
+            tm->pos = q + 1;
+            tm->miss = 0;
+            return;
+        }
+    }
+    /* resynchronize: the tensor's next use in the plan from here, else its first */
+    if (i < tm->nuse_first && tm->use_first[i] < tm->use_first[i + 1]) {
+        first = lo = tm->use_first[i];
+        hi = tm->use_first[i + 1];
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (tm->use_at[mid] < tm->pos % tm->nplan) lo = mid + 1;
+            else hi = mid;
+        }
+        tm->pos = (lo < tm->use_first[i + 1] ? tm->use_at[lo] : tm->use_at[first]) + 1;
+    } else {
+        tm->pos++;
+    }
+    if (++tm->miss >= GM__LOST && !tm->lost) {
+        tm->lost = 1;
+        tm->st.plan_lost++;
+        gm__log(ctx, GM_LOG_DEBUG, "tier: the acquires left the plan of phase %d: no prefetch, LRU victims, "
+                "until it is followed again", tm->cur);
+    }
+}
+
+static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int overwrite) {
     if (tm->nrec == tm->caprec) {
         uint32_t cap = tm->caprec ? tm->caprec * 2 : 1024;
         uint32_t* r = (uint32_t*)gm__grow_array(tm->rec, tm->caprec * sizeof *r, cap * sizeof *r);
@@ -7791,12 +8008,16 @@ static void gm__learn_note(gm__tier* tm, gm__tensor* x, int overwrite) {
         tm->caprec = cap;
     }
     tm->rec[tm->nrec++] = (uint32_t)(x - tm->t) | (overwrite ? GM__PLAN_OW : 0u);
-    tm->pos++;
+    gm__learn_follow(ctx, tm, (uint32_t)(x - tm->t));
 }
 
 static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
-    uint32_t q;
-    for (q = 1; tm->nplan && q <= (uint32_t)tm->ahead; q++) {
+    uint32_t q, end;
+    int next = tm->ph[tm->cur].next;
+    if (tm->lost || !tm->nplan) return;
+    /* past the plan's end only when the same phase is expected to follow */
+    end = next < 0 || next == tm->cur ? UINT32_MAX : tm->pos < tm->nplan ? tm->nplan - tm->pos : 0;
+    for (q = 1; q <= (uint32_t)tm->ahead && q <= end; q++) {
         uint32_t e = tm->plan[(tm->pos + q - 1) % tm->nplan];
         gm__tensor* y = &tm->t[GM__PLAN_T(e)];
         int ow = (e & GM__PLAN_OW) != 0;
@@ -7818,7 +8039,7 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
     }
     if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room */
         uint32_t far = tm->nplan < 256 ? tm->nplan : 256;
-        for (q = (uint32_t)tm->ahead + 1; q <= far; q++) {
+        for (q = (uint32_t)tm->ahead + 1; q <= far && q <= end; q++) {
             uint32_t e = tm->plan[(tm->pos + q - 1) % tm->nplan];
             gm__tensor* y = &tm->t[GM__PLAN_T(e)];
             if ((e & GM__PLAN_OW) || !y->live || y->dev || y->managed || y->host || y->job || !y->disk_valid || y->blank)
@@ -7929,42 +8150,95 @@ static int gm__leaves(const gm__tier* tm, uint32_t i) {
     return tm->leaves[lo > first ? lo - 1 : tm->use_first[i + 1] - 1];
 }
 
-/* The step's acquires become the plan (positions per tensor, CSR). */
-GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
-    gm__tier* tm;
-    uint32_t i, *first, *at;
-    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
-    tm = gm__tier_open(ctx);
-    if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
-    pthread_mutex_lock(&tm->mu);
-    gm__io_reap(ctx, tm);
+/* The step's acquires become a phase's plan (positions per tensor, CSR),
+   which is active from now; a new step begins. */
+static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
+    uint32_t i, *first, *at, np = tm->nrec < GM__PREFIX ? tm->nrec : GM__PREFIX;
+    int k, slot = tm->cur;
+    gm__phase f;
+    if (!tm->named && tm->nrec) { /* the phase this step was: by its beginning, else a new one */
+        slot = -1;
+        for (k = 0; k < GM_TIER_PHASES && slot < 0; k++)
+            if (gm__phase_begins(tm, k, tm->rec, np)) slot = k;
+        for (k = 0; k < GM_TIER_PHASES && slot < 0; k++)
+            if (!tm->ph[k].nplan) slot = k;
+        if (slot < 0)
+            for (slot = 0, k = 1; k < GM_TIER_PHASES; k++)
+                if (tm->ph[k].used < tm->ph[slot].used) slot = k;
+    }
     first = (uint32_t*)gm__calloc(((size_t)tm->n + 2) * sizeof *first);
     at = (uint32_t*)GPUMEM_MALLOC(((size_t)tm->nrec + 1) * sizeof *at);
     if (!first || !at) {
         GPUMEM_FREE(first);
         GPUMEM_FREE(at);
-        pthread_mutex_unlock(&tm->mu);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     for (i = 0; i < tm->nrec; i++) first[GM__PLAN_T(tm->rec[i]) + 2]++;
     for (i = 2; i < tm->n + 2; i++) first[i] += first[i - 1];
     for (i = 0; i < tm->nrec; i++) at[first[GM__PLAN_T(tm->rec[i]) + 1]++] = i; /* ascending, as recorded */
-    GPUMEM_FREE(tm->use_first);
-    GPUMEM_FREE(tm->use_at);
-    GPUMEM_FREE(tm->plan);
-    tm->use_first = first;
+    tm->use_first = first; /* Belady's order reads the new plan through the active fields */
     tm->use_at = at;
     tm->nuse_first = tm->n;
     tm->plan = tm->rec;
     tm->nplan = tm->nrec;
+    tm->leaves = NULL;
     gm__plan_belady(ctx, tm);
+    f.plan = tm->plan, f.nplan = tm->nplan;
+    f.use_first = first, f.use_at = at, f.nuse_first = tm->n;
+    f.leaves = tm->leaves;
+    f.used = 0;
+    f.next = tm->ph[slot].next;
+    gm__phase_free(&tm->ph[slot]);
+    tm->ph[slot] = f;
+    if (!tm->named && tm->closed >= 0) tm->ph[tm->closed].next = slot;
+    tm->closed = slot;
+    /* the next step: this phase again when named, else the one that followed it last time */
+    k = !tm->named && f.next >= 0 && tm->ph[f.next].nplan ? f.next : slot;
+    gm__phase_activate(tm, k);
+    gm__log(ctx, GM_LOG_DEBUG, "tier: the step's %u acquires are the plan of phase %d; phase %d is expected next",
+            tm->nrec, slot, k);
     tm->rec = NULL;
     tm->nrec = tm->caprec = 0;
     tm->pos = 0;
     tm->last_step_evictions = tm->st.evictions - tm->step_evictions;
     tm->step_evictions = tm->st.evictions;
-    pthread_mutex_unlock(&tm->mu);
+    if (tm->policy == GM_EVICT_LEARNED) gm__learn_ahead(ctx, tm, NULL); /* its first tensors come in now */
     return GM_OK;
+}
+
+GPUMEM_API gm_result gm_tier_step(gm_context* ctx) {
+    gm__tier* tm;
+    gm_result r;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    tm = gm__tier_open(ctx);
+    if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
+    r = gm__phase_close(ctx, tm);
+    pthread_mutex_unlock(&tm->mu);
+    return r;
+}
+
+GPUMEM_API gm_result gm_tier_set_phase(gm_context* ctx, int phase) {
+    gm__tier* tm;
+    gm_result r = GM_OK;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (phase < 0 || phase >= GM_TIER_PHASES)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: phase %d is not in 0..%d", phase, GM_TIER_PHASES - 1);
+    tm = gm__tier_open(ctx);
+    if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_mutex_lock(&tm->mu);
+    gm__io_reap(ctx, tm);
+    tm->named = 1;
+    tm->ph[tm->cur].next = phase;
+    if (tm->nrec) r = gm__phase_close(ctx, tm); /* the step of the phase left ends here */
+    if (r == GM_OK) {
+        gm__phase_activate(tm, phase);
+        tm->pos = 0;
+        if (tm->policy == GM_EVICT_LEARNED) gm__learn_ahead(ctx, tm, NULL); /* its first tensors come in now */
+    }
+    pthread_mutex_unlock(&tm->mu);
+    return r;
 }
 
 GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes) {
@@ -8179,7 +8453,7 @@ GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor h, gm_strea
     if (r == GM_OK) {
         *ptr = gm__acq_finish(ctx, tm, x, s, a);
         if (tm->policy == GM_EVICT_LEARNED) {
-            gm__learn_note(tm, x, a == GM_ACCESS_OVERWRITE);
+            gm__learn_note(ctx, tm, x, a == GM_ACCESS_OVERWRITE);
             gm__learn_ahead(ctx, tm, s);
         }
         tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
@@ -8306,7 +8580,7 @@ GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* u, size_t n
             (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, s);
         }
         u[i].ptr = gm__acq_finish(ctx, tm, x, s, u[i].access);
-        if (tm->policy == GM_EVICT_LEARNED) gm__learn_note(tm, x, u[i].access == GM_ACCESS_OVERWRITE);
+        if (tm->policy == GM_EVICT_LEARNED) gm__learn_note(ctx, tm, x, u[i].access == GM_ACCESS_OVERWRITE);
     }
     if (tm->policy == GM_EVICT_LEARNED) gm__learn_ahead(ctx, tm, s);
     tm->st.acquire_ns += (int64_t)(gm__now_ns() - t0);
@@ -8717,10 +8991,10 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->cand);
     GPUMEM_FREE(tm->batch);
     GPUMEM_FREE(tm->rec);
-    GPUMEM_FREE(tm->plan);
-    GPUMEM_FREE(tm->use_first);
-    GPUMEM_FREE(tm->use_at);
-    GPUMEM_FREE(tm->leaves);
+    {
+        int k;
+        for (k = 0; k < GM_TIER_PHASES; k++) gm__phase_free(&tm->ph[k]);
+    }
     GPUMEM_FREE(tm);
     ctx->tier = NULL;
     ctx->tier_evict = NULL;

@@ -177,6 +177,16 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
                 x->live = 1;
                 x->seed = 0;
             }
+            if (res == GM_OK && (r >> 60) % 4 != 0) { /* mostly written at once, as programs do */
+                void* p;
+                unsigned seed = (unsigned)(r >> 40) | 1;
+                res = gm_tensor_acquire_as(ctx, x->h, s, GM_ACCESS_OVERWRITE, &p);
+                if (res == GM_OK) {
+                    res = run(ctx, s, p, x->n, seed, 1);
+                    if (res == GM_OK) x->seed = seed;
+                    if (res == GM_OK) res = gm_tensor_release(ctx, x->h, s, GM_AS_ACQUIRED);
+                }
+            }
         } else if (op < 35 && (r >> 8) % 4 == 3) { /* a batch: x overwritten, up to three others read */
             gm_use u[4];
             model* o[4];

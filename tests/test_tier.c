@@ -782,6 +782,126 @@ static void test_launch_copy(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Phases: training steps (a sweep over 16 tensors) with evaluation steps
+   (another order over 8 of them and 4 others) between them; with the
+   phases named, or recognised by how each step begins, a training step
+   after an evaluation misses no more than one after a training step, and
+   the whole run moves no more bytes than LRU. Random acquires leave every
+   plan: prefetching stops. mode: 0 training only, 1 recognised, 2 named,
+   3 LRU. */
+typedef struct phase_run {
+    int64_t train_misses, bytes, wasted, lost, departures;
+} phase_run;
+
+static phase_run phase_loop(int mode) {
+    enum { L = 20, STEPS = 8 };
+    gm_context* ctx = tier_ctx(8 * MiB + 64 * KiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor t[L];
+    gm_tier_stats a, b;
+    phase_run pr;
+    int i, k;
+    memset(&pr, 0, sizeof pr);
+    T_OK(gm_tier_set_policy(ctx, mode == 3 ? GM_EVICT_LRU : GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < L; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], MiB));
+        fill(ctx, t[i], MiB, (unsigned)i + 1, NULL);
+    }
+    for (k = 0; k < STEPS; k++) {
+        if (mode == 2) T_OK(gm_tier_set_phase(ctx, 0));
+        T_OK(gm_tier_get_stats(ctx, &a));
+        for (i = 0; i < 16; i++) verify_read(ctx, t[i], MiB, (unsigned)i + 1);
+        T_OK(gm_tier_step(ctx));
+        T_OK(gm_tier_get_stats(ctx, &b));
+        if (k >= 2) pr.train_misses += b.prefetch_misses - a.prefetch_misses;
+        if (mode != 0) { /* an evaluation */
+            if (mode == 2) T_OK(gm_tier_set_phase(ctx, 1));
+            for (i = 0; i < 12; i++) {
+                int j = i < 8 ? 15 - 2 * i : 8 + i;
+                verify_read(ctx, t[j], MiB, (unsigned)j + 1);
+            }
+            T_OK(gm_tier_step(ctx));
+        }
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_tier_get_stats(ctx, &b));
+    pr.bytes = b.bytes_to_device + b.bytes_to_host;
+    pr.wasted = b.prefetch_wasted;
+    if (mode == 1) { /* random acquires: the plan is lost, and found again */
+        uint64_t rng = 12345;
+        for (k = 0; k < 64; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            i = (int)((rng >> 33) % L);
+            verify_read(ctx, t[i], MiB, (unsigned)i + 1);
+        }
+        T_OK(gm_tier_get_stats(ctx, &a));
+        T_CHECK(a.plan_lost > b.plan_lost);
+        T_CHECK(a.plan_departures > b.plan_departures + 8);
+        for (i = 0; i < 16; i++) verify_read(ctx, t[i], MiB, (unsigned)i + 1); /* the training step again */
+        T_OK(gm_tier_get_stats(ctx, &b));
+        T_CHECK(b.prefetch_hits > a.prefetch_hits); /* followed again: prefetching resumed */
+        pr.lost = b.plan_lost;
+        pr.departures = b.plan_departures;
+    }
+    T_EQ(gm_tier_set_phase(ctx, GM_TIER_PHASES), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tier_set_phase(ctx, -1), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < L; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+    return pr;
+}
+
+static void test_phases(void) {
+    phase_run only = phase_loop(0), auto_ = phase_loop(1), named = phase_loop(2), lru = phase_loop(3);
+    printf("phases: training misses after the first two steps: training only %lld, with evaluation recognised %lld, "
+           "named %lld; MiB moved: learned recognised %.0f, named %.0f, LRU %.0f; prefetches wasted %lld / %lld; "
+           "random acquires: %lld departures, lost %lld times; training only: MiB %.0f\n",
+           (long long)only.train_misses, (long long)auto_.train_misses, (long long)named.train_misses,
+           (double)auto_.bytes / (double)MiB, (double)named.bytes / (double)MiB, (double)lru.bytes / (double)MiB,
+           (long long)auto_.wasted, (long long)named.wasted, (long long)auto_.departures, (long long)auto_.lost, (double)only.bytes / (double)MiB);
+    T_CHECK(auto_.train_misses <= only.train_misses + 2);
+    T_CHECK(named.train_misses <= only.train_misses + 2);
+    T_CHECK(auto_.bytes <= lru.bytes); /* victims by their next use in this step or the next one's phase */
+    T_CHECK(named.bytes <= lru.bytes);
+}
+
+/* log:debug shows the manager's decisions: evictions, prefetches, plans. */
+static int dbg_left, dbg_prefetched, dbg_plan;
+static void dbg_log(gm_log_level level, const char* msg, void* user) {
+    (void)user;
+    if (level != GM_LOG_DEBUG) return;
+    dbg_left += strstr(msg, "left the device") != NULL;
+    dbg_prefetched += strstr(msg, "prefetched to the device") != NULL;
+    dbg_plan += strstr(msg, "are the plan of phase") != NULL;
+}
+
+static void test_debug_log(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor t[12];
+    int i, k;
+    d.device_budget = 4 * MiB + 64 * KiB;
+    d.host_budget = 64 * MiB;
+    d.log_fn = dbg_log;
+    d.log_level = GM_LOG_DEBUG;
+    ctx = t_setup(d);
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < 12; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], 512 * KiB));
+        fill(ctx, t[i], 512 * KiB, (unsigned)i + 1, NULL);
+    }
+    for (k = 0; k < 3; k++) {
+        for (i = 0; i < 12; i++) verify_read(ctx, t[i], 512 * KiB, (unsigned)i + 1);
+        T_OK(gm_tier_step(ctx));
+    }
+    T_CHECK(dbg_left > 0);
+    T_CHECK(dbg_prefetched > 0);
+    T_EQ(dbg_plan, 3);
+    T_EQ(errors_now(ctx), 0);
+    for (i = 0; i < 12; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -799,6 +919,8 @@ int main(int argc, char** argv) {
     test_modes();
     test_batch();
     test_launch_copy();
+    test_phases();
+    test_debug_log();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     return t_done();
