@@ -52,7 +52,7 @@ TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
 CUDART_TEST   := $(B)/cudart/test_cudart
 endif
 
-.PHONY: all tools install uninstall FORCE test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp torch-allocator bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools install uninstall FORCE test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp train-gpt torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -246,17 +246,27 @@ $(B)/train_mlp-cuda: examples/train_mlp.c examples/mlp_kernels.h examples/plot.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) -DGPUMEM_CUDA -I. $(CUDA_INC) $< $(B)/mlp_kernels.o -o $@ $(LDLIBS) $(CUDA_LIB) -lcublas -lstdc++
 
+# train_gpt: a GPT-shaped model, C kernels on sim only (a CUDA build would
+# run on sim too, so there is none).
+$(B)/train_gpt: examples/train_gpt.c examples/gpt_kernels.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
 # The examples that check themselves: each exits non-zero if its result is wrong.
-examples: $(B)/tensors $(B)/planned $(B)/train_mlp $(B)/libgm_torch.so
+examples: $(B)/tensors $(B)/planned $(B)/train_mlp $(B)/train_gpt $(B)/libgm_torch.so
 	$(B)/tensors
 	$(B)/planned
 	$(B)/train_mlp
+	$(B)/train_gpt
 
 planned: $(B)/planned
 	$(B)/planned
 
 train-mlp: $(B)/train_mlp
 	@if [ -x $(NVCC) ] && $(MAKE) -s --no-print-directory $(B)/train_mlp-cuda >/dev/null 2>&1; then $(B)/train_mlp-cuda; else $(B)/train_mlp; fi
+
+train-gpt: $(B)/train_gpt
+	$(B)/train_gpt
 
 $(B)/caching: examples/caching.c gpumem.h
 	@mkdir -p $(dir $@)
