@@ -6673,6 +6673,7 @@ typedef struct gm__tier {
     void* vuser;
     gm_tensor* cand;        /* scratch for vfn */
     uint32_t ncandcap;
+    size_t oom_evicted;     /* bytes the last room-making for a tensor evicted */
     gm__tensor** batch;     /* scratch for the batch calls */
     size_t nbatchcap;
     /* learned order: this step's acquires (rec), and the last step's as a
@@ -7629,18 +7630,57 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
    used after it, through tm->evict_after). Else the allocator's whole
    ladder (waits, the cache given back, the hooks). GM_ERR_OUT_OF_MEMORY
    when none of it finds room. */
+/* The out-of-memory line of the tiered manager: what it tried and what
+   stood in the way (a walk of the tensors and of the pools: the failure
+   path only). */
+static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
+    size_t evicted = tm->oom_evicted;
+    size_t evictable = 0, pinned_b = 0, acq_b = 0, free_b = 0, largest = 0, headroom = 0;
+    uint32_t i, pinned = 0, acq = 0;
+    int pl;
+    for (i = 0; i < tm->n; i++) {
+        const gm__tensor* y = &tm->t[i];
+        if (!y->live || !y->dev || y == x) continue;
+        if (y->acquired) acq++, acq_b += y->bytes;
+        else if (y->pinned) pinned++, pinned_b += y->bytes;
+        else evictable += y->bytes;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    for (pl = 0; pl < 2; pl++) {
+        const gm__seg* sg;
+        for (sg = ctx->pool[pl].segs; sg; sg = sg->next) {
+            const gm__block* b;
+            for (b = sg->first; b; b = b->next)
+                if (b->state == GM__FREE) {
+                    free_b += b->size;
+                    if (b->size > largest) largest = b->size;
+                }
+        }
+    }
+    if (ctx->budget > (size_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current)
+        headroom = ctx->budget - (size_t)ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+    pthread_mutex_unlock(&ctx->mu);
+    gm__log(ctx, GM_LOG_WARN, "tier: no device room for tensor %#x (%zu bytes): evicted %zu bytes trying, %zu bytes of "
+            "released tensors still on the device; %u acquired (%zu bytes), %u pinned (%zu bytes); free in the "
+            "cache %zu bytes, largest free block %zu, budget not reserved %zu",
+            gm__handle_id(tm, x), x->bytes, evicted, evictable, acq, acq_b, pinned, pinned_b, free_b, largest, headroom);
+}
+
 static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative) {
     uint32_t id = gm__handle_id(tm, x);
     gm_result r;
+    size_t evicted = 0, got;
     for (;;) {
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY, GM__OWN_TENSOR, id);
         if (r != GM_ERR_OUT_OF_MEMORY) break;
         /* free segments too small one by one may together make one (classic segments) */
         if (gm__regrow_room(ctx, x->bytes, !speculative)) continue;
-        if (!gm__evict_some(ctx, tm)) break;
+        if (!(got = gm__evict_some(ctx, tm))) break;
+        evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), 0u, GM__OWN_TENSOR, id);
+    if (!speculative) tm->oom_evicted = evicted; /* for the message, if nothing else finds room */
     if (r != GM_OK) x->dev = NULL;
     return r;
 }
@@ -8351,6 +8391,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
         }
     }
     if (r != GM_OK) {
+        if (r == GM_ERR_OUT_OF_MEMORY) gm__dev_oom_log(ctx, tm, x);
         x->live = 0;
         gm__tslot_put(tm, i);
         pthread_mutex_unlock(&tm->mu);
@@ -8503,6 +8544,7 @@ GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor h, gm_strea
     if (r == GM_OK) {
         gm__acq_hold(ctx, tm, x); /* no eviction of x while room is made for it */
         r = gm__acq_bring(ctx, tm, x, s, a);
+        if (r == GM_ERR_OUT_OF_MEMORY) gm__dev_oom_log(ctx, tm, x);
         if (r != GM_OK) gm__acq_unhold(tm, x);
     }
     if (r == GM_OK) {
@@ -8616,6 +8658,7 @@ GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* u, size_t n
         if (x->dev || x->managed) continue; /* twice in the batch */
         tm->st.prefetch_misses++;
         r = gm__bring_in(ctx, tm, x, s, 0, ow);
+        if (r == GM_ERR_OUT_OF_MEMORY) gm__dev_oom_log(ctx, tm, x);
         if (r == GM_OK && ow) gm__room_mark(x);
     }
     if (r != GM_OK) { /* none is acquired; what came in stays as a prefetch, unless it holds no bytes */

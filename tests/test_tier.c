@@ -707,7 +707,11 @@ static void test_batch(void) {
     /* five do not fit in 8 MiB: none is acquired, and the overwrite of one on the host keeps its bytes */
     T_OK(gm_tensor_evict(ctx, t[7]));
     for (i = 0; i < 5; i++) u[i].tensor = t[3 + i], u[i].access = i == 4 ? GM_ACCESS_OVERWRITE : GM_ACCESS_READ_WRITE;
+    t_last_log[0] = 0;
     T_EQ(gm_tensor_acquire_many(ctx, u, 5, NULL), GM_ERR_OUT_OF_MEMORY);
+    /* the message says what was tried and what stood in the way */
+    T_CHECK(strstr(t_last_log, "no device room for tensor") != NULL);
+    T_CHECK(strstr(t_last_log, "acquired (") != NULL && strstr(t_last_log, "largest free block") != NULL);
     for (i = 0; i < 5; i++) {
         T_CHECK(u[i].ptr == NULL);
         T_EQ(info(ctx, t[3 + i]).acquired, 0);
