@@ -507,8 +507,8 @@ typedef struct gm_desc {
     int ignore_env;                /* non-zero: do not read GPUMEM_CONF or GPUMEM_TRACE */
     const char* trace_path;        /* write every alloc and free here (CSV) */
     size_t host_budget;            /* pinned host tier, default 4 GiB; rounded down to whole 4 KiB pages,
-                                      the pool's granularity (an info line says so; below one page:
-                                      no host tier, tensors spill to disk or stay on the device) */
+                                      the pool's granularity, and at least one page (an info line says
+                                      so; a resolved desc given again resolves to itself) */
     gm_fallback fallback;          /* when nothing more can be evicted */
     gm_fallback_fn fallback_fn;    /* or this decides, case by case */
     void* fallback_user;
@@ -1480,10 +1480,12 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     if (d.disk_chunk < 4096 || d.disk_chunk > 64 * GM__MIB) d.disk_chunk = GM__MIB;
     if (d.disk_dir && !*d.disk_dir) d.disk_dir = NULL;
     if (!d.log_level) d.log_level = GM_LOG_WARN;
-    if (d.host_budget % GM__HOST_PAGE) { /* the pool's segments are whole pages, so its budget is */
+    if (d.host_budget % GM__HOST_PAGE) { /* the pool's segments are whole pages, so its budget is; */
+        size_t pages = d.host_budget < GM__HOST_PAGE ? GM__HOST_PAGE /* never 0, which would read as the default */
+                                                     : d.host_budget - d.host_budget % GM__HOST_PAGE;
         gm__dlog(&d, GM_LOG_INFO, "desc.host_budget %zu is not a multiple of %d: %zu", d.host_budget, GM__HOST_PAGE,
-                 d.host_budget - d.host_budget % GM__HOST_PAGE);
-        d.host_budget -= d.host_budget % GM__HOST_PAGE;
+                 pages);
+        d.host_budget = pages;
     }
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */

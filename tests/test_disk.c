@@ -194,7 +194,7 @@ static void test_host_budget(void) {
     size_t k;
     t_every_byte = 1;
     for (k = 0; k < sizeof budgets / sizeof budgets[0]; k++) {
-        const size_t budget = budgets[k], pages = budget - budget % 4096;
+        const size_t budget = budgets[k], pages = budget < 4096 ? 4096 : budget - budget % 4096;
         gm_context* ctx = disk_ctx(4 * MiB, budget, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
         gm_tensor t[64];
         size_t sz[64], total = 0;
@@ -254,6 +254,18 @@ static void test_host_budget(void) {
         T_EQ(gm_query_desc(ctx).host_budget, 10 * MiB);
         T_OK(gm_shutdown(ctx));
         T_EQ(hb_info, 1);
+    }
+    { /* below one page: one page, never 0 (which a second resolve would read as the 4 GiB default) */
+        gm_desc d = t_desc();
+        gm_context* ctx;
+        d.host_budget = 1000;
+        ctx = t_setup(d);
+        d = gm_query_desc(ctx);
+        T_EQ(d.host_budget, 4096);
+        T_OK(gm_shutdown(ctx));
+        ctx = t_setup(d);
+        T_EQ(gm_query_desc(ctx).host_budget, 4096);
+        T_OK(gm_shutdown(ctx));
     }
 }
 
