@@ -3197,6 +3197,33 @@ static gm__block* gm__arena_take(gm__arena* a, gm__block* b, size_t size, size_t
     return b;
 }
 
+/* Splits free block b at byte `off` (a multiple of the alignment, inside
+   it): b keeps the front, the block returned (NULL when no record can be
+   had) is free from b->addr + off to b's old end. */
+static gm__block* gm__arena_cut(gm__arena* a, gm__block* b, size_t off) {
+    gm__block* r;
+    GPUMEM_ASSERT(b->state == GM__FREE && off && off < b->size && off % a->align == 0);
+    if ((r = gm__arena_rec(a)) == NULL) return NULL;
+    gm__arena_tree_del(a, b);
+    gm__arena_split_stat(a, b, -1);
+    r->addr = b->addr + off;
+    r->size = b->size - off;
+    r->seg = b->seg;
+    r->state = GM__FREE;
+    r->ord[0] = b->ord[0];
+    r->ord[1] = b->ord[1];
+    r->prev = b;
+    r->next = b->next;
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    b->size = off;
+    gm__arena_tree_add(a, b);
+    gm__arena_split_stat(a, b, +1);
+    gm__arena_tree_add(a, r);
+    gm__arena_split_stat(a, r, +1);
+    return r;
+}
+
 static void gm__ord_merge(gm__block* d, const gm__block* s) {
     if (s->ord[0] > d->ord[0]) d->ord[0] = s->ord[0];
     if (s->ord[1] > d->ord[1]) d->ord[1] = s->ord[1];
@@ -4127,14 +4154,63 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
 /* One try at a block for rsize on stream si: the free lists, then (classic)
    another stream's whole free segment and a new segment, or (expandable)
    the stream's address range with its pages mapped. */
+static size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) {
+    size_t p, k = 0;
+    for (p = (addr - seg->base) / seg->va->gran; p <= (addr + size - 1 - seg->base) / seg->va->gran; p++)
+        k += !(seg->va->flags[p] & GM__PG_MAPPED);
+    return k;
+}
+
+/* Expandable: the free place for rsize bytes in seg that maps the fewest
+   new pages (a block's start, its first page boundary, or its end, so that
+   a request may fill the mapped rest of a page others use), the smaller
+   block on a tie: its block, and the offset in *off. NULL when none needs
+   fewer than `than` new pages. Best fit by size alone may pick a hole
+   whose pages are all unmapped while the budget has room only beside
+   memory in use: the budget counts pages, not bytes. */
+static gm__block* gm__va_fewest(const gm__seg* seg, size_t rsize, size_t than, size_t* off) {
+    const gm__vseg* v = seg->va;
+    gm__block *b, *best = NULL;
+    size_t best_new = than;
+    for (b = seg->first; b; b = b->next) {
+        size_t cand[3], i;
+        if (b->state != GM__FREE || b->size < rsize) continue;
+        cand[0] = 0;
+        cand[1] = gm__round_up(b->addr - seg->base, v->gran) - (b->addr - seg->base);
+        cand[2] = (b->size - rsize) / GM__ROUND * GM__ROUND;
+        for (i = 0; i < 3; i++) {
+            size_t k;
+            if (cand[i] > b->size - rsize) continue;
+            k = gm__va_new_pages(seg, b->addr + cand[i], rsize);
+            if (k < best_new || (k == best_new && best && b->size < best->size)) {
+                best = b;
+                best_new = k;
+                *off = cand[i];
+            }
+        }
+    }
+    return best;
+}
+
 static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
     gm__block* b = gm__pool_find(ctx, pl, si, rsize);
     if (ctx->va_gran) {
         gm_result r;
         if (!b && !ctx->ss[si].vseg[pl] && gm__vseg_open(ctx, pl, si)) b = gm__pool_find(ctx, pl, si, rsize);
         if (b && (r = gm__va_commit(ctx, b->seg, b->addr, rsize, wait)) != GM_OK) {
-            if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
+            size_t k = gm__va_new_pages(b->seg, b->addr, rsize), off = 0;
+            gm__seg* seg = b->seg;
             b = NULL;
+            if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
+            else if (k && (b = gm__va_fewest(seg, rsize, k, &off)) != NULL) {
+                if ((r = gm__va_commit(ctx, seg, b->addr + off, rsize, wait)) != GM_OK) {
+                    if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
+                    b = NULL;
+                } else if (off) {
+                    uintptr_t at = b->addr + off;
+                    if ((b = gm__arena_cut(seg->arena, b, off)) == NULL) gm__va_unref(ctx, seg, at, rsize, 0); /* no record */
+                }
+            }
         }
         return b;
     }
@@ -4212,12 +4288,37 @@ fault:
     return NULL;
 }
 
+/* Free block b (its pages committed, when expandable) becomes the block of
+   a request of `size` bytes (rsize rounded) by `owner`: split, mapped under
+   its address, counted in its pool. */
+static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, size_t size, gm_stream stream, int owner,
+                                uint32_t tag, void** out) {
+    int pl = (int)(b->seg->arena - ctx->pool), ps = gm__pool_stat(pl);
+    gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
+    if (!gm__map_put(&ctx->map, b->addr, b)) {
+        if (b->seg->va) gm__va_unref(ctx, b->seg, b->addr, b->size, 0);
+        gm__arena_give(&ctx->pool[pl], b);
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    b->requested = size;
+    b->owner = (uint8_t)owner;
+    b->tag = tag;
+    gm__stat_add(ctx->stats.allocation, ps, 1);
+    gm__stat_add(ctx->stats.allocated_bytes, ps, (int64_t)b->size);
+    gm__stat_add(ctx->stats.requested_bytes, ps, (int64_t)size);
+    gm__stat_add(ctx->stats.active, ps, 1);
+    gm__stat_add(ctx->stats.active_bytes, ps, (int64_t)b->size);
+    if (ctx->trace) gm__trace_row(ctx, "allocate", b->addr, size, stream);
+    *out = (void*)b->addr;
+    return GM_OK;
+}
+
 /* flags: GM__A_*. owner and tag: who will hold the block (GM__OWN_*, and a
    tensor's handle id). */
 static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags, int owner,
                            uint32_t tag) {
     size_t rsize;
-    int pl, ps;
+    int pl;
     uint32_t si;
     gm__block* b;
     gm_result r;
@@ -4233,7 +4334,6 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     }
     rsize = gm__round_req(size);
     pl = gm__pool_of(rsize);
-    ps = gm__pool_stat(pl);
     r = gm__ss_index(ctx, stream, &si);
     if (r != GM_OK) {
         gm__unlock(ctx);
@@ -4245,29 +4345,9 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
     if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
     ctx->nosync = 0;
-    if (!b) {
-        gm__unlock(ctx);
-        return r;
-    }
-    gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
-    if (!gm__map_put(&ctx->map, b->addr, b)) {
-        if (b->seg->va) gm__va_unref(ctx, b->seg, b->addr, b->size, 0);
-        gm__arena_give(&ctx->pool[pl], b);
-        gm__unlock(ctx);
-        return GM_ERR_HOST_OUT_OF_MEMORY;
-    }
-    b->requested = size;
-    b->owner = (uint8_t)owner;
-    b->tag = tag;
-    gm__stat_add(ctx->stats.allocation, ps, 1);
-    gm__stat_add(ctx->stats.allocated_bytes, ps, (int64_t)b->size);
-    gm__stat_add(ctx->stats.requested_bytes, ps, (int64_t)size);
-    gm__stat_add(ctx->stats.active, ps, 1);
-    gm__stat_add(ctx->stats.active_bytes, ps, (int64_t)b->size);
-    if (ctx->trace) gm__trace_row(ctx, "allocate", b->addr, size, stream);
-    *out = (void*)b->addr;
+    if (b) r = gm__alloc_take(ctx, b, rsize, size, stream, owner, tag, out);
     gm__unlock(ctx);
-    return GM_OK;
+    return r;
 }
 
 /* Whether a request of `bytes` the device cannot hold goes to unified
@@ -6675,7 +6755,9 @@ typedef struct gm__tier {
     void* vuser;
     gm_tensor* cand;        /* scratch for vfn */
     uint32_t ncandcap;
-    size_t oom_evicted;     /* bytes the last room-making for a tensor evicted */
+    uint32_t* rank;         /* scratch for placement (>>tier: placement) */
+    uint32_t caprank;
+    size_t try_evicted;     /* by the current room-making for a tensor */
     gm__tensor** batch;     /* scratch for the batch calls */
     size_t nbatchcap;
     /* learned order: this step's acquires (rec), and the last step's as a
@@ -7568,6 +7650,249 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     return freed;
 }
 
+/* >>tier: placement. Where a tensor's device memory goes, and which
+   tensors leave to make it (gm__dev_get asks here first). A place is a
+   range of rsize bytes in one segment of the pool of the tier's input
+   stream (classic, or the expandable range) whose blocks are free or hold
+   tensors that may leave. Free places come first; among them, and then
+   among places that evict, the order is: the highest priority that
+   leaves, then packing (the pages, expandable, or the segment, classic,
+   that no anchored memory holds: an acquired, pinned or prefetched tensor,
+   or a block the allocator holds for others), then the policy's rank of
+   the last victim (in eighths), the bytes that leave, the pages mapped
+   anew, best fit. So a layer's working set gathers where held memory
+   already is instead of cutting free space into pieces, and a hole is
+   made by evicting the tensors of one place, not the policy's next
+   victims wherever they lie.
+   Invariants: only released tensors on the device leave (not acquired,
+   pinned, with disk I/O under way, or, for a prefetch, used before it);
+   the plan is made with ctx->mu held and carried out with tm->mu held, so
+   tensors keep their state; the allocator's blocks may change meanwhile
+   (another thread's gm_alloc), so the place is checked again when taken,
+   and a place that is gone costs one more round, not a failure. */
+#define GM__RK_FIX 0xffffffffu /* rank of a tensor that stays */
+
+typedef struct gm__rkey {
+    int prio;
+    uint64_t when; /* learned: acquires until the next use */
+    uint32_t lru, i;
+} gm__rkey;
+
+static int gm__rkey_cmp(const void* pa, const void* pb) {
+    const gm__rkey *a = (const gm__rkey*)pa, *b = (const gm__rkey*)pb;
+    if (a->prio != b->prio) return a->prio < b->prio ? -1 : 1;
+    if (a->when != b->when) return a->when > b->when ? -1 : 1;
+    return a->lru < b->lru ? -1 : a->lru > b->lru;
+}
+
+/* tm->rank[i]: tensor i's place in the order gm__victim takes victims (0
+   first), GM__RK_FIX where it may not leave; *nev: how many may. 0 when
+   host memory runs out. */
+static int gm__place_rank(gm__tier* tm, uint32_t* nev) {
+    gm__rkey* key;
+    gm__tensor* x;
+    uint32_t i, k, n = 0, pos = 0;
+    if (tm->caprank < tm->n) {
+        uint32_t* r = (uint32_t*)gm__grow_array(tm->rank, tm->caprank * sizeof *r, tm->cap * sizeof *r);
+        if (!r) return 0;
+        tm->rank = r;
+        tm->caprank = tm->cap;
+    }
+    key = (gm__rkey*)GPUMEM_MALLOC((tm->n ? tm->n : 1) * sizeof *key);
+    if (!key) return 0;
+    for (i = 0; i < tm->n; i++) tm->rank[i] = GM__RK_FIX;
+    for (k = tm->lru; k; k = x->next, pos++) {
+        x = GM__LRU(tm, k);
+        if (!x->dev || x->acquired || x->pinned || x->job) continue;
+        key[n].prio = x->priority;
+        key[n].when = GM__PLANNED(tm) ? gm__next_use(tm, k - 1) : 0;
+        if (tm->evict_after && key[n].when <= tm->evict_after) continue; /* needed before what we make room for */
+        key[n].lru = pos;
+        key[n].i = k - 1;
+        n++;
+    }
+    qsort(key, n, sizeof *key, gm__rkey_cmp);
+    for (i = 0; i < n; i++) tm->rank[key[i].i] = i;
+    GPUMEM_FREE(key);
+    *nev = n;
+    return 1;
+}
+
+/* The tensor whose device copy block b is, if it may leave. */
+static gm__tensor* gm__place_victim(const gm__tier* tm, const gm__block* b) {
+    uint32_t i = (b->tag & 0xfffffu) - 1;
+    if (b->state != GM__USED || b->owner != GM__OWN_TENSOR || i >= tm->n || !tm->t[i].live ||
+        tm->t[i].dev != (void*)b->addr || tm->rank[i] == GM__RK_FIX)
+        return NULL;
+    return &tm->t[i];
+}
+
+/* Memory that stays, or soon will be used: packing gathers around it. */
+static int gm__place_anchor(const gm__tier* tm, const gm__block* b) {
+    const gm__tensor* t = gm__place_victim(tm, b);
+    return b->state != GM__FREE && (!t || t->prefetched);
+}
+
+typedef struct gm__spot {
+    gm__seg* seg;
+    uintptr_t at;
+    int evicts, pri, bucket;
+    size_t claim, out, pages, fit;
+    int cross; /* a small request in the large pool */
+} gm__spot;
+
+static int gm__place_better(const gm__spot* a, const gm__spot* b) {
+    if (a->evicts != b->evicts) return a->evicts < b->evicts;
+    if (a->pri != b->pri) return a->pri < b->pri;
+    if (a->claim != b->claim) return a->claim < b->claim;
+    if (a->bucket != b->bucket) return a->bucket < b->bucket;
+    if (a->out != b->out) return a->out < b->out;
+    if (a->pages != b->pages) return a->pages < b->pages;
+    if (a->cross != b->cross) return a->cross < b->cross;
+    return a->fit < b->fit;
+}
+
+/* The best place for rsize bytes in seg (ctx->mu held) into *best when
+   better; `held`: an expandable segment's pages anchored memory holds, or
+   for a classic one whether it holds any; `spare`: pages the budget may
+   still map. Places evict only with `evict`. */
+static void gm__place_scan(const gm_context* ctx, const gm__tier* tm, gm__seg* seg, size_t rsize, const uint8_t* held, int any_held,
+                           size_t spare, int evict, uint32_t nev, int cross, gm__spot* best, int* found) {
+    const gm__block *b, *c;
+    for (b = seg->first; b; b = b->next) {
+        size_t tries[2], i;
+        if (b->state != GM__FREE && !(evict && gm__place_victim(tm, b))) continue;
+        if (b->state == GM__FREE && !gm__fits(ctx, (int)(seg->arena - ctx->pool), rsize, b->size)) continue;
+        if (b->addr + rsize > seg->base + seg->size) break;
+        tries[0] = 0; /* a free block: its start, or its end (beside what follows) */
+        tries[1] = b->state == GM__FREE && b->next && b->size > rsize ? (b->size - rsize) / GM__ROUND * GM__ROUND : 0;
+        for (i = 0; i < 2; i++) {
+            gm__spot w;
+            uintptr_t end;
+            size_t p, fr = 0;
+            if (i && !tries[1]) break;
+            memset(&w, 0, sizeof w);
+            w.seg = seg;
+            w.cross = cross;
+            w.at = b->addr + tries[i];
+            w.bucket = -1;
+            w.pri = -0x7fffffff - 1;
+            end = w.at + rsize;
+            for (c = b; c && c->addr < end; c = c->next) {
+                const gm__tensor* t;
+                if (c->state == GM__FREE) {
+                    fr += c->size;
+                    continue;
+                }
+                if (!evict || (t = gm__place_victim(tm, c)) == NULL) break;
+                w.evicts = 1;
+                w.out += c->size;
+                if (t->priority > w.pri) w.pri = t->priority;
+                if ((int)((uint64_t)tm->rank[t - tm->t] * 8 / (nev ? nev : 1)) > w.bucket)
+                    w.bucket = (int)((uint64_t)tm->rank[t - tm->t] * 8 / (nev ? nev : 1));
+            }
+            if (c && c->addr < end) continue; /* something that stays lies inside */
+            if (!w.evicts) w.pri = -0x7fffffff - 1;
+            w.fit = fr > rsize ? fr - rsize : 0;
+            if (seg->va) {
+                const gm__vseg* v = seg->va;
+                for (p = (w.at - seg->base) / v->gran; p <= (end - 1 - seg->base) / v->gran; p++) {
+                    w.pages += !(v->flags[p] & GM__PG_MAPPED);
+                    w.claim += !held[p];
+                }
+                if (w.pages > spare) continue;
+            } else {
+                w.claim = !any_held;
+            }
+            if (!*found || gm__place_better(&w, best)) *best = w;
+            *found = 1;
+        }
+    }
+}
+
+/* Places x: a free place, else (with `evict`) the best place whose
+   tensors leave first. GM_OK with x->dev set; GM_ERR_OUT_OF_MEMORY when
+   there is no place; *progress: tensors left (ask again). */
+static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evict, int* progress) {
+    size_t rsize = gm__round_req(x->bytes), spare = 0, p;
+    int pl = gm__pool_of(rsize), found = 0, q;
+    uint32_t si, nev = 0;
+    gm__spot best;
+    gm__seg* s;
+    gm_result r = GM_ERR_OUT_OF_MEMORY;
+    *progress = 0;
+    if (tm->policy == GM_EVICT_CUSTOM && tm->vfn && evict) return r; /* the hook picks victims: gm__evict_some */
+    if (!gm__place_rank(tm, &nev)) return r;
+    pthread_mutex_lock(&ctx->mu);
+    if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto out;
+    if (ctx->va_gran) { /* pages the budget may map, with idle pages given back */
+        int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+        spare = (uint64_t)resv < (uint64_t)ctx->budget ? (ctx->budget - (size_t)resv) / ctx->va_gran : 0;
+        if (!ctx->ss[si].vseg[pl] && !gm__vseg_open(ctx, pl, si)) goto out;
+    }
+    for (q = pl; q < (ctx->va_gran ? 2 : pl + 1); q++) /* expandable: a small request may take room in the large pool */
+        for (s = ctx->pool[q].segs; s; s = s->next) {
+            uint8_t* held = NULL;
+            const gm__block* b;
+            int any = 0;
+            if (s->key != (uintptr_t)si + 1 || s->size < rsize) continue;
+            if (s->va) {
+                const gm__vseg* v = s->va;
+                size_t idle = 0;
+                if ((held = (uint8_t*)gm__calloc(v->npages)) == NULL) goto out;
+                for (b = s->first; b; b = b->next)
+                    if (gm__place_anchor(tm, b))
+                        for (p = (b->addr - s->base) / v->gran; p <= (b->addr + b->size - 1 - s->base) / v->gran; p++)
+                            held[p] = 1;
+                for (p = 0; p < v->npages; p++) idle += (v->flags[p] & GM__PG_MAPPED) && !v->ref[p];
+                gm__place_scan(ctx, tm, s, rsize, held, 0, spare + idle, evict, nev, q != pl, &best, &found);
+                GPUMEM_FREE(held);
+            } else {
+                for (b = s->first; b && !any; b = b->next) any = gm__place_anchor(tm, b);
+                gm__place_scan(ctx, tm, s, rsize, NULL, any, 0, evict, nev, q != pl, &best, &found);
+            }
+        }
+    if (found && best.evicts) { /* the tensors in the way leave (tm->mu held: they stay what they were) */
+        const gm__block* b;
+        uint32_t n = 0, k, *go;
+        for (b = best.seg->first; b; b = b->next) n += b->addr < best.at + rsize && b->addr + b->size > best.at;
+        go = (uint32_t*)GPUMEM_MALLOC((n ? n : 1) * sizeof *go);
+        n = 0;
+        for (b = best.seg->first; go && b; b = b->next) {
+            const gm__tensor* t;
+            if (b->addr < best.at + rsize && b->addr + b->size > best.at && (t = gm__place_victim(tm, b)) != NULL)
+                go[n++] = (uint32_t)(t - tm->t);
+        }
+        gm__unlock(ctx);
+        for (k = 0; go && k < n; k++) {
+            gm__tensor* t = &tm->t[go[k]];
+            if (gm__evict_one(ctx, tm, t) == GM_OK) {
+                tm->try_evicted += t->bytes;
+                *progress = 1;
+            }
+        }
+        GPUMEM_FREE(go);
+        if (!go || k < n) return r;
+        pthread_mutex_lock(&ctx->mu);
+    }
+    if (found) { /* take it: the free block that holds it, cut there (it may be gone: another round) */
+        gm__block* b;
+        for (b = best.seg->first; b && b->addr + b->size <= best.at; b = b->next) {}
+        if (b && b->state == GM__FREE && b->addr <= best.at && b->addr + b->size >= best.at + rsize &&
+            (!best.seg->va || gm__va_commit(ctx, best.seg, best.at, rsize, 0) == GM_OK)) {
+            if (b->addr < best.at && (b = gm__arena_cut(best.seg->arena, b, best.at - b->addr)) == NULL) {
+                if (best.seg->va) gm__va_unref(ctx, best.seg, best.at, rsize, 0);
+            } else {
+                r = gm__alloc_take(ctx, b, rsize, x->bytes, GM__IN(tm), GM__OWN_TENSOR, gm__handle_id(tm, x), &x->dev);
+            }
+        }
+    }
+out:
+    gm__unlock(ctx);
+    if (r != GM_OK) x->dev = NULL;
+    return r;
+}
+
 static gm__tier* gm__tier_of(gm_context* ctx) {
     gm__tier* tm;
     pthread_mutex_lock(&ctx->mu);
@@ -7626,17 +7951,11 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     return tm;
 }
 
-/* Device memory for x on `in`: tried at once; while there is none, the
-   policy's victims leave in stream order (no wait on the host) and it is
-   tried again; a speculative request stops there (and evicts only tensors
-   used after it, through tm->evict_after). Else the allocator's whole
-   ladder (waits, the cache given back, the hooks). GM_ERR_OUT_OF_MEMORY
-   when none of it finds room. */
 /* The out-of-memory line of the tiered manager: what it tried and what
    stood in the way (a walk of the tensors and of the pools: the failure
    path only). */
 static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
-    size_t evicted = tm->oom_evicted;
+    size_t evicted = tm->try_evicted;
     size_t evictable = 0, pinned_b = 0, acq_b = 0, free_b = 0, largest = 0, headroom = 0;
     uint32_t i, pinned = 0, acq = 0;
     int pl;
@@ -7668,21 +7987,38 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
             gm__handle_id(tm, x), x->bytes, evicted, evictable, acq, acq_b, pinned, pinned_b, free_b, largest, headroom);
 }
 
+/* Device memory for x on `in`: a free place, packed beside held memory
+   (>>tier: placement), else a new segment or pages from the allocator;
+   while there is none, with expandable segments the tensors of the place
+   that costs least leave (a hole in one piece; pages need not be
+   contiguous, so any place whose pages fit the budget will do), and
+   otherwise, or when no such place exists, the policy's victims leave one
+   by one, in stream order (no wait on the host), and free classic
+   segments too small one by one are given back to make one (the room a
+   classic request lacks is mostly a segment of its size, which only whole
+   segments give back). A speculative request stops there (and evicts only
+   tensors used after it, through tm->evict_after); others climb the
+   allocator's whole ladder (waits, the cache given back, the hooks).
+   GM_ERR_OUT_OF_MEMORY when none of it finds room. */
 static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative) {
     uint32_t id = gm__handle_id(tm, x);
     gm_result r;
-    size_t evicted = 0, got;
+    int more;
+    size_t got;
+    tm->try_evicted = 0; /* for the out-of-memory line */
     for (;;) {
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY, GM__OWN_TENSOR, id);
+        if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY, GM__OWN_TENSOR, id); /* a new segment */
         if (r != GM_ERR_OUT_OF_MEMORY) break;
+        if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
+        if (more) continue;
         /* free segments too small one by one may together make one (classic segments) */
         if (gm__regrow_room(ctx, x->bytes, !speculative)) continue;
         if (!(got = gm__evict_some(ctx, tm))) break;
-        evicted += got;
+        tm->try_evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), 0u, GM__OWN_TENSOR, id);
-    if (!speculative) tm->oom_evicted = evicted; /* for the message, if nothing else finds room */
     if (r != GM_OK) x->dev = NULL;
     return r;
 }
@@ -9090,6 +9426,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->tk);
     GPUMEM_FREE(tm->evs);
     GPUMEM_FREE(tm->cand);
+    GPUMEM_FREE(tm->rank);
     GPUMEM_FREE(tm->batch);
     GPUMEM_FREE(tm->rec);
     {
