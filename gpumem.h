@@ -727,6 +727,7 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap);
 
 /* The device, through the context's backend. */
 GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* free_bytes, size_t* total_bytes);
+/* A new stream of the backend; the caller destroys it (gm_shutdown does not). */
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out);
 /* Synchronizes the stream first; blocks it owned become reusable by others. */
 GPUMEM_API gm_result gm_stream_destroy(gm_context* ctx, gm_stream stream);

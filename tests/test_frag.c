@@ -121,6 +121,7 @@ static long frag_run(const frag_case* c, int epochs, int verbose) {
                c->policy == GM_EVICT_LEARNED ? "learned" : "lru", c->batch ? "batches" : "one by one", ooms,
                (long long)ts.evictions);
 out:
+    T_OK(gm_stream_destroy(ctx, s));
     T_OK(gm_shutdown(ctx));
     return ooms;
 }
