@@ -3172,27 +3172,31 @@ static gm__block* gm__arena_find(const gm__arena* a, uintptr_t key, size_t size)
 
 /* Takes free block b for `size` bytes; splits the rest off as a new free
    block when it is at least `min_rest` (and a record can be had). */
+/* Free block b, out of the tree, keeps its first `off` bytes; record r,
+   put in the tree, becomes the free block of the rest, after b. */
+static void gm__arena_split(gm__arena* a, gm__block* b, gm__block* r, size_t off) {
+    r->addr = b->addr + off;
+    r->size = b->size - off;
+    r->seg = b->seg;
+    r->state = GM__FREE;
+    r->ord[0] = b->ord[0];
+    r->ord[1] = b->ord[1];
+    r->prev = b;
+    r->next = b->next;
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    b->size = off;
+    gm__arena_tree_add(a, r);
+    gm__arena_split_stat(a, r, +1);
+}
+
 static gm__block* gm__arena_take(gm__arena* a, gm__block* b, size_t size, size_t min_rest) {
     GPUMEM_ASSERT(b->state == GM__FREE && b->size >= size && size % a->align == 0);
     gm__arena_tree_del(a, b);
     gm__arena_split_stat(a, b, -1);
     if (b->size - size >= min_rest && b->size > size) {
         gm__block* r = gm__arena_rec(a);
-        if (r) {
-            r->addr = b->addr + size;
-            r->size = b->size - size;
-            r->seg = b->seg;
-            r->state = GM__FREE;
-            r->ord[0] = b->ord[0];
-            r->ord[1] = b->ord[1];
-            r->prev = b;
-            r->next = b->next;
-            if (b->next) b->next->prev = r;
-            b->next = r;
-            b->size = size;
-            gm__arena_tree_add(a, r);
-            gm__arena_split_stat(a, r, +1);
-        }
+        if (r) gm__arena_split(a, b, r, size);
     }
     b->state = GM__USED;
     return b;
@@ -3207,21 +3211,9 @@ static gm__block* gm__arena_cut(gm__arena* a, gm__block* b, size_t off) {
     if ((r = gm__arena_rec(a)) == NULL) return NULL;
     gm__arena_tree_del(a, b);
     gm__arena_split_stat(a, b, -1);
-    r->addr = b->addr + off;
-    r->size = b->size - off;
-    r->seg = b->seg;
-    r->state = GM__FREE;
-    r->ord[0] = b->ord[0];
-    r->ord[1] = b->ord[1];
-    r->prev = b;
-    r->next = b->next;
-    if (b->next) b->next->prev = r;
-    b->next = r;
-    b->size = off;
+    gm__arena_split(a, b, r, off);
     gm__arena_tree_add(a, b);
     gm__arena_split_stat(a, b, +1);
-    gm__arena_tree_add(a, r);
-    gm__arena_split_stat(a, r, +1);
     return r;
 }
 
@@ -7728,10 +7720,16 @@ static gm__tensor* gm__place_victim(const gm__tier* tm, const gm__block* b) {
     return &tm->t[i];
 }
 
-/* Memory that stays, or soon will be used: packing gathers around it. */
+/* Memory that stays, or soon will be used: packing gathers around it (a
+   block not a tensor's device copy, or an acquired, pinned or prefetched
+   tensor's). Needs no ranks: a free place is found without them. */
 static int gm__place_anchor(const gm__tier* tm, const gm__block* b) {
-    const gm__tensor* t = gm__place_victim(tm, b);
-    return b->state != GM__FREE && (!t || t->prefetched);
+    uint32_t i = (b->tag & 0xfffffu) - 1;
+    const gm__tensor* t;
+    if (b->state == GM__FREE) return 0;
+    if (b->owner != GM__OWN_TENSOR || i >= tm->n || !tm->t[i].live || tm->t[i].dev != (void*)b->addr) return 1;
+    t = &tm->t[i];
+    return t->acquired || t->pinned || t->prefetched;
 }
 
 typedef struct gm__spot {
@@ -7823,7 +7821,7 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
     gm_result r = GM_ERR_OUT_OF_MEMORY;
     *progress = 0;
     if (tm->policy == GM_EVICT_CUSTOM && tm->vfn && evict) return r; /* the hook picks victims: gm__evict_some */
-    if (!gm__place_rank(tm, &nev)) return r;
+    if (evict && !gm__place_rank(tm, &nev)) return r; /* ranks only for places that evict */
     pthread_mutex_lock(&ctx->mu);
     if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto out;
     if (ctx->va_gran) { /* pages the budget may map, with idle pages given back */
