@@ -800,9 +800,12 @@ GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor t, gm_tier* tier
    gm_tensor_acquire_many acquires uses[0..n) on `stream` as n calls of
    gm_tensor_acquire_as in that order would (same ordering guarantees,
    one lock round-trip), making room for all of them at once, largest
-   first, with none of them a victim of another's room: either every one is
-   acquired (uses[i].ptr set) or none is (the first failure's result; what
-   was brought in stays, as a prefetch). A tensor may appear more than once
+   first, with none of them a victim of another's room; when they do not
+   fit beside the batch's own tensors already on the device, those leave
+   too (to copies below) and the whole batch comes in again, packed, so a
+   batch is refused only when it cannot fit beside what others hold.
+   Either every one is acquired (uses[i].ptr set) or none is (the first
+   failure's result; what was brought in stays, as a prefetch). A tensor may appear more than once
    (nested acquires). gm_tensor_release_many releases them in reverse
    order, each written unless its access is GM_ACCESS_READ (not written) or
    GM_ACCESS_READ_LAST (discarded); it checks every use first and releases
@@ -1160,6 +1163,7 @@ struct gm_context {
     void* disk;             /* the spill file (gm__disk), or NULL */
     gm_result dev_err;      /* the ladder: a device error that is not out-of-memory (it stops) */
     int nosync;             /* a GM_ALLOC_NO_SYNC request is being served: no fence is recorded */
+    int grow_exact;         /* GM__GROW_EXACT of the request being served (gm__grow) */
     struct gm__dfree* dfree; /* device memory to give back once the lock is dropped */
     size_t ndfree, capdfree;
     struct gm__mblock *mpending, *mcache; /* unified memory freed: waiting for its streams, then cached */
@@ -4012,11 +4016,16 @@ static gm_result gm__dev_alloc512(gm_context* ctx, void** p, size_t n, uintptr_t
 
 /* Step 2: a new segment within the budget: the usual size, else the request
    rounded to 2 MiB, else the request itself, so a tight budget is used to
-   the last 512 bytes. */
+   the last 512 bytes. The tiered manager's requests (GM__A_PACK) take the
+   request itself where the usual segment would leave over 1/64 of the
+   budget unused beside it: a tensor acquired alone in a 20 MiB segment
+   holds all of it against a budget of a few working sets, and its
+   neighbours cannot use it. GM__A_EXACT: always the request itself. */
 static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
     size_t cand[3];
     int i;
-    cand[0] = ctx->desc.caching == GM_TOGGLE_OFF ? rsize : gm__seg_size(rsize);
+    cand[0] = ctx->desc.caching == GM_TOGGLE_OFF || ctx->grow_exact == 2 ? rsize : gm__seg_size(rsize);
+    if (ctx->grow_exact == 1 && cand[0] - rsize > ctx->budget / 64) cand[0] = rsize;
     cand[1] = gm__round_up(rsize, 2 * GM__MIB);
     cand[2] = rsize;
     for (i = 0; i < 3; i++) {
@@ -4218,6 +4227,9 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 #define GM__A_QUIET 1u  /* a speculative request (a prefetch): no user hook, no OOM counted or logged */
 #define GM__A_NOSYNC 2u /* GM_ALLOC_NO_SYNC */
 #define GM__A_TRY 4u    /* the first rung only, quietly: the tiered manager evicts in stream order and asks again */
+#define GM__A_EXACT 8u  /* a new segment of the request's own size (the tiered manager packing a batch) */
+#define GM__A_PACK 16u  /* the same where the usual segment would waste over 1/64 of the budget (the tiered manager) */
+#define GM__GROW_EXACT(flags) ((flags) & GM__A_EXACT ? 2 : (flags) & GM__A_PACK ? 1 : 0)
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
     gm__block* b;
@@ -4243,6 +4255,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             pthread_mutex_unlock(&ctx->mu);
             got = ctx->tier_evict(ctx, rsize, ctx->tier);
             pthread_mutex_lock(&ctx->mu);
+            ctx->grow_exact = GM__GROW_EXACT(flags); /* another call may have run meanwhile */
             if ((*err = gm__ss_index(ctx, stream, si)) != GM_OK) return NULL;
             *err = GM_ERR_OUT_OF_MEMORY;
             if (got) { /* progress: this round does not count */
@@ -4258,6 +4271,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
             pthread_mutex_unlock(&ctx->mu);
             act = ctx->desc.oom_fn(ctx, size, stream, ctx->desc.oom_user);
             pthread_mutex_lock(&ctx->mu);
+            ctx->grow_exact = GM__GROW_EXACT(flags); /* another call may have run meanwhile */
             if ((*err = gm__ss_index(ctx, stream, si)) != GM_OK) return NULL;
             *err = GM_ERR_OUT_OF_MEMORY;
             if (act == GM_OOM_RETRY) {
@@ -4333,11 +4347,12 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
         return r;
     }
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
+    ctx->grow_exact = GM__GROW_EXACT(flags);
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
     if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
-    ctx->nosync = 0;
+    ctx->nosync = ctx->grow_exact = 0;
     if (b) r = gm__alloc_take(ctx, b, rsize, size, stream, owner, tag, out);
     gm__unlock(ctx);
     return r;
@@ -6751,6 +6766,7 @@ typedef struct gm__tier {
     uint32_t* rank;         /* scratch for placement (>>tier: placement) */
     uint32_t caprank;
     size_t try_evicted;     /* by the current room-making for a tensor */
+    int exact;              /* a batch comes in again: new segments of each tensor's own size */
     gm__tensor** batch;     /* scratch for the batch calls */
     size_t nbatchcap;
     /* learned order: this step's acquires (rec), and the last step's as a
@@ -8007,7 +8023,8 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
     tm->try_evicted = 0; /* for the out-of-memory line */
     for (;;) {
         if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY, GM__OWN_TENSOR, id); /* a new segment */
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | (tm->exact ? GM__A_EXACT : GM__A_PACK), GM__OWN_TENSOR,
+                      id); /* a new segment */
         if (r != GM_ERR_OUT_OF_MEMORY) break;
         if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
         if (more) continue;
@@ -8017,7 +8034,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         tm->try_evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), 0u, GM__OWN_TENSOR, id);
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), tm->exact ? GM__A_EXACT : GM__A_PACK, GM__OWN_TENSOR, id);
     if (r != GM_OK) x->dev = NULL;
     return r;
 }
@@ -8956,12 +8973,45 @@ static gm__tensor** gm__batch_scratch(gm__tier* tm, size_t n) {
     return tm->batch;
 }
 
+/* The batch did not fit beside its own members already on the device
+   (they hold places its other tensors cannot use, and they cannot be
+   victims while it is made room for): those only this batch holds leave
+   too, to the copies below (kept, or made), so that the whole batch comes
+   in again, largest first, into a device holding only what others hold.
+   Classic segments: the free ones go back to the device, and the batch
+   takes new ones of each tensor's own size (tm->exact), packed, since
+   segments cut for other sizes hold room the budget counts and the batch
+   may not use. Only on the path that would fail. Returns how many left. */
+static size_t gm__batch_clear(gm_context* ctx, gm__tier* tm, gm__tensor* const* xs, size_t n) {
+    size_t i, j, c, left = 0;
+    for (i = 0; i < n; i++) {
+        gm__tensor* x = xs[i];
+        unsigned held;
+        if (!x->dev || x->pinned) continue;
+        for (c = 0, j = 0; j < n; j++) c += xs[j] == x;
+        if (x->acquired != c) continue; /* held outside this batch too: it stays */
+        held = x->acquired;
+        x->acquired = 0;
+        x->prefetched = 0;
+        if (gm__evict_one(ctx, tm, x) == GM_OK) left++;
+        x->acquired = held;
+        gm__lru_del(tm, x);
+    }
+    if (!ctx->va_gran) {
+        pthread_mutex_lock(&ctx->mu);
+        gm__release(ctx, 1, 0);
+        gm__unlock(ctx);
+    }
+    return left;
+}
+
 GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* u, size_t n, gm_stream s) {
     uint64_t t0 = gm__now_ns();
     gm__tier* tm;
     gm__tensor **xs, **order;
     gm_result r = GM_OK;
     size_t i, j, nb = 0;
+    int cleared;
     if (GM__BAD_CTX(ctx) || (n && !u)) return GM_ERR_INVALID_ARGUMENT;
     for (i = 0; i < n; i++) u[i].ptr = NULL;
     if (!n) return GM_OK;
@@ -8984,20 +9034,33 @@ GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* u, size_t n
         if (x->dev && x->prefetched) tm->st.prefetch_hits++;
         if (!x->dev && !x->managed) order[nb++] = x;
     }
-    for (i = 1; i < nb; i++) { /* largest first (insertion sort: a layer's handful) */
-        gm__tensor* y = order[i];
-        for (j = i; j > 0 && order[j - 1]->bytes < y->bytes; j--) order[j] = order[j - 1];
-        order[j] = y;
+    for (cleared = 0;; cleared = 1) {
+        for (i = 1; i < nb; i++) { /* largest first (insertion sort: a layer's handful) */
+            gm__tensor* y = order[i];
+            for (j = i; j > 0 && order[j - 1]->bytes < y->bytes; j--) order[j] = order[j - 1];
+            order[j] = y;
+        }
+        for (i = 0; i < nb && r == GM_OK; i++) {
+            gm__tensor* x = order[i];
+            int ow = gm__batch_ow(u, xs, n, x); /* without its bytes only if every use of it overwrites */
+            if (x->dev || x->managed) continue; /* twice in the batch */
+            if (!cleared) tm->st.prefetch_misses++;
+            r = gm__bring_in(ctx, tm, x, s, 0, ow);
+            if (r == GM_OK && ow) gm__room_mark(x);
+        }
+        if (r != GM_ERR_OUT_OF_MEMORY || cleared || !gm__batch_clear(ctx, tm, xs, n)) break;
+        tm->exact = !ctx->va_gran;
+        gm__log(ctx, GM_LOG_DEBUG, "tier: a batch of %zu tensors did not fit beside its members on the device; "
+                "they left, and the batch comes in again", n);
+        r = GM_OK;
+        for (nb = 0, i = 0; i < n; i++) /* every one not on the device now, each once */
+            if (!xs[i]->dev && !xs[i]->managed) {
+                for (j = 0; j < nb && order[j] != xs[i]; j++) {}
+                if (j == nb) order[nb++] = xs[i];
+            }
     }
-    for (i = 0; i < nb && r == GM_OK; i++) {
-        gm__tensor* x = order[i];
-        int ow = gm__batch_ow(u, xs, n, x); /* without its bytes only if every use of it overwrites */
-        if (x->dev || x->managed) continue; /* twice in the batch */
-        tm->st.prefetch_misses++;
-        r = gm__bring_in(ctx, tm, x, s, 0, ow);
-        if (r == GM_ERR_OUT_OF_MEMORY) gm__dev_oom_log(ctx, tm, x);
-        if (r == GM_OK && ow) gm__room_mark(x);
-    }
+    tm->exact = 0;
+    if (r == GM_ERR_OUT_OF_MEMORY) gm__dev_oom_log(ctx, tm, order[i - 1]);
     if (r != GM_OK) { /* none is acquired; what came in stays as a prefetch, unless it holds no bytes */
         for (i = 0; i < nb; i++)
             if (order[i]->dev && order[i]->prefetched == 2) {

@@ -401,7 +401,7 @@ static size_t pick_largest(gm_context* ctx, const gm_tensor* c, size_t n, void* 
 }
 
 static void test_custom_policy(void) {
-    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_context* ctx = tier_ctx(7 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT); /* a, b and c do not fit together */
     gm_tensor a, b, c;
     T_EQ(gm_tier_set_policy(ctx, GM_EVICT_CUSTOM, 0, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
     T_OK(gm_tier_set_policy(ctx, GM_EVICT_CUSTOM, 0, pick_largest, NULL));
