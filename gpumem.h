@@ -543,7 +543,11 @@ enum { GM_STAT_ALL = 0, GM_STAT_SMALL_POOL = 1, GM_STAT_LARGE_POOL = 2, GM_STAT_
     X(inactive_split_bytes, 1)    \
     X(requested_bytes, 1)
 
-/* X(name): plain event counters. */
+/* X(name): plain event counters. num_device_alloc and num_device_free
+   count backend calls (a segment, or a run of pages mapped or unmapped);
+   num_pages_mapped and num_pages_unmapped count expandable segments'
+   pages (on CUDA each a cuMemCreate and cuMemMap, or a cuMemUnmap and
+   cuMemRelease). */
 #define GM_COUNTER_LIST(X)   \
     X(num_alloc_retries)     \
     X(num_ooms)              \
@@ -551,7 +555,9 @@ enum { GM_STAT_ALL = 0, GM_STAT_SMALL_POOL = 1, GM_STAT_LARGE_POOL = 2, GM_STAT_
     X(num_device_free)       \
     X(num_sync_all_streams)  \
     X(num_oom_hook_calls)    \
-    X(num_managed_fallbacks)
+    X(num_managed_fallbacks) \
+    X(num_pages_mapped)      \
+    X(num_pages_unmapped)
 
 typedef struct gm_stats {
 #define GM__STAT_FIELD(name, is_bytes) gm_stat name[GM_STAT_POOLS];
@@ -1555,7 +1561,9 @@ struct gm__backend {
     gm_result (*va_release)(gm_context* ctx, void* base, size_t size);
     /* maps size / granularity pages at addr, one handle each, all or none */
     gm_result (*va_map)(gm_context* ctx, void* addr, size_t size, void** handles);
-    gm_result (*va_unmap)(gm_context* ctx, void* addr, size_t size, void* handle);
+    /* unmaps the size / granularity pages at addr (handles: theirs), in
+       order; *done: how many are unmapped, all unless it fails */
+    gm_result (*va_unmap)(gm_context* ctx, void* addr, size_t size, void** handles, size_t* done);
 };
 
 /* >>ptrmap ----------------------------------------------------------------
@@ -2505,13 +2513,15 @@ static gm_result gm__sim_va_map(gm_context* ctx, void* addr, size_t size, void**
     return GM_OK;
 }
 
-static gm_result gm__sim_va_unmap(gm_context* ctx, void* addr, size_t size, void* handle) {
+static gm_result gm__sim_va_unmap(gm_context* ctx, void* addr, size_t size, void** handles, size_t* done) {
     gm__sim* sim = GM__SIM(ctx);
-    (void)handle;
+    (void)handles;
+    *done = 0;
     if (madvise(addr, size, MADV_DONTNEED) != 0 || mprotect(addr, size, PROT_NONE) != 0) {
         gm__log(ctx, GM_LOG_ERROR, "sim: unmapping %p (%zu bytes) failed: %s", addr, size, strerror(errno));
         return GM_ERR_BACKEND;
     }
+    *done = size / ctx->va_gran;
     pthread_mutex_lock(&sim->mu);
     sim->used -= size;
     pthread_mutex_unlock(&sim->mu);
@@ -2913,13 +2923,20 @@ static gm_result gm__cu_va_map(gm_context* ctx, void* addr, size_t size, void** 
     return r;
 }
 
-static gm_result gm__cu_va_unmap(gm_context* ctx, void* addr, size_t size, void* handle) {
+/* Page by page, as each was mapped (cuMemUnmap takes a whole mapping). */
+static gm_result gm__cu_va_unmap(gm_context* ctx, void* addr, size_t size, void** handles, size_t* done) {
     const gm__cuda* cu = (const gm__cuda*)ctx->bs;
+    size_t g = ctx->va_gran, k;
     gm_result r;
     int prev;
+    *done = 0;
     if ((r = gm__cu_enter(ctx, &prev)) != GM_OK) return r;
-    r = gm__cudrv(ctx, cu->unmap((CUdeviceptr)(uintptr_t)addr, size), "cuMemUnmap");
-    if (r == GM_OK) r = gm__cudrv(ctx, cu->release((CUmemGenericAllocationHandle)(uintptr_t)handle), "cuMemRelease");
+    for (k = 0; k < size / g && r == GM_OK; k++) {
+        r = gm__cudrv(ctx, cu->unmap((CUdeviceptr)(uintptr_t)addr + k * g, g), "cuMemUnmap");
+        if (r == GM_OK)
+            r = gm__cudrv(ctx, cu->release((CUmemGenericAllocationHandle)(uintptr_t)handles[k]), "cuMemRelease");
+        if (r == GM_OK) *done = k + 1;
+    }
     gm__cu_leave(ctx, prev);
     return r;
 }
@@ -3596,8 +3613,12 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
    idle queue (which may also hold pages used again since: they are skipped
    when reached). A page is unmapped only once its stream is past the free
    that left it idle (the stream's fences), and idle pages are given back
-   before reserved memory grows past its peak, so reserved follows live
-   memory to within the pages blocks share. */
+   before reserved memory grows past gm__va_keep (its peak, or the peak of
+   allocated memory and a slack of 1/2048), so reserved follows live
+   memory to within the pages blocks share. At that limit a request lands
+   where its best-fit hole has idle mapped pages (gm__va_take) rather than
+   mapping new ones while others are unmapped, and idle pages next to each
+   other go back in one backend call. */
 enum { GM__PG_MAPPED = 1, GM__PG_QUEUED = 2 };
 typedef struct gm__vseg {
     size_t gran, npages, nmapped;
@@ -3659,15 +3680,21 @@ static void gm__va_queue(gm__vseg* v, size_t p) {
     v->q[(v->qhead + v->qlen++) % v->npages] = (uint32_t)p;
 }
 
-static int gm__va_unmap_page(gm_context* ctx, gm__seg* seg, size_t p) {
+/* Unmaps the n mapped pages from p on in one backend call (they stay in
+   the idle queue, skipped when reached). Returns whether all went. */
+static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n) {
     gm__vseg* v = seg->va;
-    if (ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), v->gran, v->handle[p]) != GM_OK) return 0;
-    v->flags[p] &= (uint8_t)~GM__PG_MAPPED;
-    v->handle[p] = NULL;
-    v->nmapped--;
-    gm__arena_remap(seg->arena, seg, -(int64_t)v->gran);
+    size_t done = 0, q;
+    gm_result r = ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), n * v->gran, &v->handle[p], &done);
+    for (q = p; q < p + done; q++) {
+        v->flags[q] &= (uint8_t)~GM__PG_MAPPED;
+        v->handle[q] = NULL;
+    }
+    v->nmapped -= done;
+    gm__arena_remap(seg->arena, seg, -(int64_t)(done * v->gran));
     ctx->stats.num_device_free++;
-    return 1;
+    ctx->stats.num_pages_unmapped += (int64_t)done;
+    return r == GM_OK && done == n;
 }
 
 /* Pages [first, last] lose one user each; those left idle join the queue. */
@@ -3682,7 +3709,8 @@ static void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t s
 }
 
 /* Unmaps idle pages whose stream is past them, oldest first, until reserved
-   memory is at most `target`. Returns the bytes given back. */
+   memory is at most `target`; each with the idle pages after it that the
+   target still wants, in one backend call. Returns the bytes given back. */
 static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
     size_t freed = 0;
     uint32_t i;
@@ -3700,8 +3728,14 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
                 v->qlen--;
                 v->flags[p] &= (uint8_t)~GM__PG_QUEUED;
                 if (!v->ref[p] && (v->flags[p] & GM__PG_MAPPED)) {
-                    if (!gm__va_unmap_page(ctx, seg, p)) return freed;
-                    freed += v->gran;
+                    size_t n = 1;
+                    int64_t over = ctx->stats.reserved_bytes[GM_STAT_ALL].current - target;
+                    while (p + n < v->npages && (int64_t)((n + 1) * v->gran) <= over + (int64_t)v->gran - 1 &&
+                           !v->ref[p + n] && (v->flags[p + n] & GM__PG_MAPPED) &&
+                           gm__epoch_safe(ctx, &ctx->ss[i], v->epoch[p + n], 0))
+                        n++;
+                    if (!gm__va_unmap_run(ctx, seg, p, n)) return freed;
+                    freed += n * v->gran;
                 }
             }
         }
@@ -3709,9 +3743,21 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
     return freed;
 }
 
+/* How much reserved memory idle pages may make before they go back: the
+   peak of reserved memory, or, if more, the peak of allocated memory plus
+   a slack of 1/2048 of it (whole pages), so that while reserved memory
+   climbs to a new peak the pages a free left idle wait a little to be used
+   again instead of being unmapped, and mapped again elsewhere, at every
+   step; the slack keeps fragmentation at the peak within 0.05 points. */
+static int64_t gm__va_keep(const gm_context* ctx, size_t gran) {
+    int64_t peak = ctx->stats.reserved_bytes[GM_STAT_ALL].peak, a = ctx->stats.allocated_bytes[GM_STAT_ALL].peak;
+    int64_t slack = a / 2048 / (int64_t)gran * (int64_t)gran;
+    return a + slack > peak ? a + slack : peak;
+}
+
 /* Makes [addr, addr + size) of an expandable segment usable: its pages get
    one user more, and those not mapped are mapped, within the budget, after
-   idle pages went back if reserved memory would pass its peak. */
+   idle pages went back if reserved memory would pass gm__va_keep. */
 static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int wait) {
     gm__vseg* v = seg->va;
     size_t p, k = 0, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
@@ -3724,7 +3770,8 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
         int64_t need = (int64_t)(k * v->gran);
         const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
         if (ctx->nosync) wait = 0;
-        if (res->current + need > res->peak) gm__va_trim(ctx, res->peak - need, wait);
+        int64_t keep = gm__va_keep(ctx, v->gran);
+        if (res->current + need > keep) gm__va_trim(ctx, keep - need, wait);
         if (ctx->desc.gc_threshold > 0 &&
             (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
             gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait);
@@ -3743,6 +3790,7 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
             v->nmapped += e - p + 1;
             gm__arena_remap(seg->arena, seg, (int64_t)((e - p + 1) * v->gran));
             ctx->stats.num_device_alloc++;
+            ctx->stats.num_pages_mapped += (int64_t)(e - p + 1);
             p = e + 1;
         }
         if (r != GM_OK) { /* undo the users; pages this call mapped stay, idle and queued */
@@ -3807,7 +3855,12 @@ static void gm__vseg_close(gm_context* ctx, gm__seg* seg) {
     gm__vseg* v = seg->va;
     size_t p;
     for (p = 0; p < v->npages && v->nmapped; p++)
-        if (v->flags[p] & GM__PG_MAPPED) gm__va_unmap_page(ctx, seg, p);
+        if (v->flags[p] & GM__PG_MAPPED) {
+            size_t n = 1;
+            while (p + n < v->npages && (v->flags[p + n] & GM__PG_MAPPED)) n++;
+            (void)gm__va_unmap_run(ctx, seg, p, n);
+            p += n - 1;
+        }
     ctx->be->va_release(ctx, (void*)seg->base, seg->size);
     gm__vseg_free(v);
     seg->va = NULL;
@@ -4170,41 +4223,80 @@ static size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) 
    fewer than `than` new pages. Best fit by size alone may pick a hole
    whose pages are all unmapped while the budget has room only beside
    memory in use: the budget counts pages, not bytes. */
+/* The places of free block b (its start, first page boundary, end) that
+   map fewer new pages than *best_new: the fewest, in *best_new and *off. */
+static int gm__va_fewest_in(const gm__seg* seg, const gm__block* b, size_t rsize, size_t* best_new, size_t* off) {
+    size_t cand[3], i;
+    int found = 0;
+    cand[0] = 0;
+    cand[1] = gm__round_up(b->addr - seg->base, seg->va->gran) - (b->addr - seg->base);
+    cand[2] = (b->size - rsize) / GM__ROUND * GM__ROUND;
+    for (i = 0; i < 3; i++) {
+        size_t k;
+        if (cand[i] > b->size - rsize) continue;
+        k = gm__va_new_pages(seg, b->addr + cand[i], rsize);
+        if (k < *best_new) {
+            *best_new = k;
+            *off = cand[i];
+            found = 1;
+        }
+    }
+    return found;
+}
+
 static gm__block* gm__va_fewest(const gm__seg* seg, size_t rsize, size_t than, size_t* off) {
-    const gm__vseg* v = seg->va;
     gm__block *b, *best = NULL;
     size_t best_new = than;
     for (b = seg->first; b; b = b->next) {
-        size_t cand[3], i;
+        size_t o = 0, k = (size_t)-1;
         if (b->state != GM__FREE || b->size < rsize) continue;
-        cand[0] = 0;
-        cand[1] = gm__round_up(b->addr - seg->base, v->gran) - (b->addr - seg->base);
-        cand[2] = (b->size - rsize) / GM__ROUND * GM__ROUND;
-        for (i = 0; i < 3; i++) {
-            size_t k;
-            if (cand[i] > b->size - rsize) continue;
-            k = gm__va_new_pages(seg, b->addr + cand[i], rsize);
-            if (k < best_new || (k == best_new && best && b->size < best->size)) {
-                best = b;
-                best_new = k;
-                *off = cand[i];
-            }
+        if (gm__va_fewest_in(seg, b, rsize, &k, &o) &&
+            (k < best_new || (k == best_new && best && b->size < best->size))) {
+            best = b;
+            best_new = k;
+            *off = o;
         }
     }
     return best;
+}
+
+/* Best-fit block b of an expandable segment, its pages committed: where
+   mapping what its start lacks would first unmap idle pages elsewhere
+   (reserved memory at gm__va_keep), the place in b that maps the fewest
+   new pages (its end, say, when the pages a free left idle lie there),
+   cut out of it. NULL when the pages cannot be had. */
+static gm__block* gm__va_take(gm_context* ctx, gm__block* b, size_t rsize, int wait) {
+    gm__seg* seg = b->seg;
+    size_t k = gm__va_new_pages(seg, b->addr, rsize), off = 0;
+    gm_result r;
+    if (k && b->size > rsize &&
+        ctx->stats.reserved_bytes[GM_STAT_ALL].current + (int64_t)(k * seg->va->gran) > gm__va_keep(ctx, seg->va->gran) &&
+        gm__va_fewest_in(seg, b, rsize, &k, &off) && off) {
+        uintptr_t at = b->addr + off;
+        if (gm__va_commit(ctx, seg, at, rsize, wait) == GM_OK) {
+            gm__block* c = gm__arena_cut(seg->arena, b, off);
+            if (c) return c;
+            gm__va_unref(ctx, seg, at, rsize, 0); /* no record: its start after all */
+        }
+    }
+    r = gm__va_commit(ctx, seg, b->addr, rsize, wait);
+    if (r == GM_OK) return b;
+    if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
+    return NULL;
 }
 
 static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
     gm__block* b = gm__pool_find(ctx, pl, si, rsize);
     if (ctx->va_gran) {
         gm_result r;
+        gm__block* c;
         if (!b && !ctx->ss[si].vseg[pl] && gm__vseg_open(ctx, pl, si)) b = gm__pool_find(ctx, pl, si, rsize);
-        if (b && (r = gm__va_commit(ctx, b->seg, b->addr, rsize, wait)) != GM_OK) {
+        if (b && (c = gm__va_take(ctx, b, rsize, wait)) != NULL) return c;
+        if (b) {
             size_t k = gm__va_new_pages(b->seg, b->addr, rsize), off = 0;
             gm__seg* seg = b->seg;
             b = NULL;
-            if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
-            else if (k && (b = gm__va_fewest(seg, rsize, k, &off)) != NULL) {
+            if (ctx->dev_err == GM_OK && k && (b = gm__va_fewest(seg, rsize, k, &off)) != NULL) {
                 if ((r = gm__va_commit(ctx, seg, b->addr + off, rsize, wait)) != GM_OK) {
                     if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
                     b = NULL;
@@ -4350,7 +4442,7 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     ctx->grow_exact = GM__GROW_EXACT(flags);
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
-    if (b && b->seg->va && gm__va_commit(ctx, b->seg, b->addr, rsize, 0) != GM_OK) b = NULL;
+    if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
     if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
     ctx->nosync = ctx->grow_exact = 0;
     if (b) r = gm__alloc_take(ctx, b, rsize, size, stream, owner, tag, out);

@@ -171,9 +171,43 @@ static void test_snapshot_and_options(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Reserved memory at its peak: a request whose best-fit hole starts on
+   unmapped pages but ends on pages a free left idle lands at the end
+   (nothing mapped, nothing unmapped), and idle pages given back together
+   go in one backend call. */
+static void test_no_churn(void) {
+    gm_context* ctx = exp_ctx(0);
+    void *a, *b, *d, *c;
+    gm_stats s0, s;
+    T_OK(gm_alloc(ctx, &a, 4 * MiB, NULL)); /* pages 0-1 */
+    T_OK(gm_alloc(ctx, &b, 4 * MiB, NULL)); /* pages 2-3 */
+    T_OK(gm_alloc(ctx, &d, 2 * MiB, NULL)); /* page 4 */
+    T_OK(gm_free(ctx, a));
+    s0 = st(ctx);
+    T_OK(gm_empty_cache(ctx)); /* pages 0-1 go back, in one call */
+    s = st(ctx);
+    T_EQ(s.num_pages_unmapped - s0.num_pages_unmapped, 2);
+    T_EQ(s.num_device_free - s0.num_device_free, 1);
+    T_OK(gm_free(ctx, b)); /* pages 2-3 idle: the hole is pages 0-3, mapped at its end only */
+    T_OK(gm_reset_peak_stats(ctx)); /* reserved memory is at its peak */
+    s0 = st(ctx);
+    T_OK(gm_alloc(ctx, &c, 4 * MiB, NULL));
+    s = st(ctx);
+    T_EQ((char*)c, (char*)b);
+    T_EQ(s.num_pages_mapped, s0.num_pages_mapped);
+    T_EQ(s.num_pages_unmapped, s0.num_pages_unmapped);
+    T_EQ(s.reserved_bytes[GM_STAT_ALL].current, s0.reserved_bytes[GM_STAT_ALL].current);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, c));
+    T_OK(gm_free(ctx, d));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_follows_live();
     test_holes_reused();
+    test_no_churn();
     test_unmap_waits_for_stream();
     test_faults();
     test_snapshot_and_options();

@@ -2,7 +2,9 @@
    touching no memory, and reports per trace: operations, peak live bytes,
    peak reserved bytes, fragmentation = 1 - peak live / peak reserved,
    segments created, backend allocations (page mappings, with expandable
-   segments) and nanoseconds per operation.
+   segments), with expandable segments the pages mapped and unmapped per
+   operation (each a driver call or two on CUDA), and nanoseconds per
+   operation.
 
    usage: gm-replay [--conf key:value,...] [--format rmm|lifetimes|packing]
                     [--scale N] [--check N] [--csv FILE] TRACE...
@@ -152,7 +154,8 @@ int main(int argc, char** argv) {
         fprintf(stderr, "gm-replay: cannot write %s\n", csv_path);
         return 2;
     }
-    if (csv) fprintf(csv, "trace,format,ops,peak_live,peak_reserved,fragmentation,segments,device_allocs,ns_per_op\n");
+    if (csv) fprintf(csv, "trace,format,ops,peak_live,peak_reserved,fragmentation,segments,device_allocs,ns_per_op,"
+                          "pages_mapped,pages_unmapped\n");
     for (; i < argc; i++) {
         gmt_trace t;
         gm_context* ctx;
@@ -189,17 +192,18 @@ int main(int argc, char** argv) {
         }
         r = gmr_run(ctx, &t, 0, check, 0, NULL, NULL);
         if (first) {
-            printf("%-34s %-9s %8s %12s %14s %7s %8s %8s %8s\n", "trace", "format", "ops", "peak live", "peak reserved",
-                   "frag", "segments", "dev.alloc", "ns/op");
+            printf("%-34s %-9s %8s %12s %14s %7s %8s %8s %8s %7s %7s\n", "trace", "format", "ops", "peak live",
+                   "peak reserved", "frag", "segments", "dev.alloc", "ns/op", "maps/op", "unmap/op");
             first = 0;
         }
-        printf("%-34.34s %-9s %8zu %12.3e %14.3e %6.2f%% %8lld %8lld %8.1f\n", base(argv[i]), t.format, r.ops,
-               (double)r.peak_live, (double)r.peak_reserved, 100 * r.frag, (long long)r.segments,
-               (long long)r.device_allocs, r.ns_per_op);
+        printf("%-34.34s %-9s %8zu %12.3e %14.3e %6.2f%% %8lld %8lld %8.1f %7.3f %7.3f\n", base(argv[i]), t.format,
+               r.ops, (double)r.peak_live, (double)r.peak_reserved, 100 * r.frag, (long long)r.segments,
+               (long long)r.device_allocs, r.ns_per_op, r.ops ? (double)r.pages_mapped / (double)r.ops : 0.0,
+               r.ops ? (double)r.pages_unmapped / (double)r.ops : 0.0);
         if (csv)
-            fprintf(csv, "%s,%s,%zu,%llu,%lld,%.6f,%lld,%lld,%.1f\n", base(argv[i]), t.format, r.ops,
+            fprintf(csv, "%s,%s,%zu,%llu,%lld,%.6f,%lld,%lld,%.1f,%lld,%lld\n", base(argv[i]), t.format, r.ops,
                     (unsigned long long)r.peak_live, (long long)r.peak_reserved, r.frag, (long long)r.segments,
-                    (long long)r.device_allocs, r.ns_per_op);
+                    (long long)r.device_allocs, r.ns_per_op, (long long)r.pages_mapped, (long long)r.pages_unmapped);
         if (r.error != GM_OK || r.ooms || r.checks_failed) {
             fprintf(stderr, "gm-replay: %s: %s%s%lld out-of-memory, %d failed checks\n", base(argv[i]), r.error_msg,
                     r.error_msg[0] ? "; " : "", (long long)r.ooms, r.checks_failed);
