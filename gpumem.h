@@ -3767,10 +3767,9 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
         if (!(v->flags[p] & GM__PG_MAPPED)) k++;
     }
     if (k) {
-        int64_t need = (int64_t)(k * v->gran);
+        int64_t need = (int64_t)(k * v->gran), keep = gm__va_keep(ctx, v->gran);
         const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
         if (ctx->nosync) wait = 0;
-        int64_t keep = gm__va_keep(ctx, v->gran);
         if (res->current + need > keep) gm__va_trim(ctx, keep - need, wait);
         if (ctx->desc.gc_threshold > 0 &&
             (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
@@ -4206,9 +4205,7 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
             gm__fmt_bytes(e, sizeof e, (double)(resv - alloc)), gm__fmt_bytes(f, sizeof f, (double)fr));
 }
 
-/* One try at a block for rsize on stream si: the free lists, then (classic)
-   another stream's whole free segment and a new segment, or (expandable)
-   the stream's address range with its pages mapped. */
+/* Expandable: the pages of [addr, addr + size) not mapped yet. */
 static size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) {
     size_t p, k = 0;
     for (p = (addr - seg->base) / seg->va->gran; p <= (addr + size - 1 - seg->base) / seg->va->gran; p++)
@@ -4216,13 +4213,6 @@ static size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) 
     return k;
 }
 
-/* Expandable: the free place for rsize bytes in seg that maps the fewest
-   new pages (a block's start, its first page boundary, or its end, so that
-   a request may fill the mapped rest of a page others use), the smaller
-   block on a tie: its block, and the offset in *off. NULL when none needs
-   fewer than `than` new pages. Best fit by size alone may pick a hole
-   whose pages are all unmapped while the budget has room only beside
-   memory in use: the budget counts pages, not bytes. */
 /* The places of free block b (its start, first page boundary, end) that
    map fewer new pages than *best_new: the fewest, in *best_new and *off. */
 static int gm__va_fewest_in(const gm__seg* seg, const gm__block* b, size_t rsize, size_t* best_new, size_t* off) {
@@ -4244,6 +4234,13 @@ static int gm__va_fewest_in(const gm__seg* seg, const gm__block* b, size_t rsize
     return found;
 }
 
+/* Expandable: the free place for rsize bytes in seg that maps the fewest
+   new pages (a block's start, its first page boundary, or its end, so that
+   a request may fill the mapped rest of a page others use), the smaller
+   block on a tie: its block, and the offset in *off. NULL when none needs
+   fewer than `than` new pages. Best fit by size alone may pick a hole
+   whose pages are all unmapped while the budget has room only beside
+   memory in use: the budget counts pages, not bytes. */
 static gm__block* gm__va_fewest(const gm__seg* seg, size_t rsize, size_t than, size_t* off) {
     gm__block *b, *best = NULL;
     size_t best_new = than;
@@ -4260,6 +4257,22 @@ static gm__block* gm__va_fewest(const gm__seg* seg, size_t rsize, size_t than, s
     return best;
 }
 
+/* Free block b, from `at` (inside it) for rsize bytes: its pages
+   committed (expandable) and the place cut out of b. NULL, with nothing
+   changed, when the pages cannot be had (a device error is left in
+   ctx->dev_err) or no block record can be had. */
+static gm__block* gm__take_at(gm_context* ctx, gm__block* b, uintptr_t at, size_t rsize, int wait) {
+    gm__seg* seg = b->seg;
+    gm_result r;
+    if (seg->va && (r = gm__va_commit(ctx, seg, at, rsize, wait)) != GM_OK) {
+        if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
+        return NULL;
+    }
+    if (at > b->addr && (b = gm__arena_cut(seg->arena, b, at - b->addr)) == NULL && seg->va)
+        gm__va_unref(ctx, seg, at, rsize, 0); /* no record */
+    return b;
+}
+
 /* Best-fit block b of an expandable segment, its pages committed: where
    mapping what its start lacks would first unmap idle pages elsewhere
    (reserved memory at gm__va_keep), the place in b that maps the fewest
@@ -4268,45 +4281,30 @@ static gm__block* gm__va_fewest(const gm__seg* seg, size_t rsize, size_t than, s
 static gm__block* gm__va_take(gm_context* ctx, gm__block* b, size_t rsize, int wait) {
     gm__seg* seg = b->seg;
     size_t k = gm__va_new_pages(seg, b->addr, rsize), off = 0;
-    gm_result r;
+    gm__block* c;
     if (k && b->size > rsize &&
         ctx->stats.reserved_bytes[GM_STAT_ALL].current + (int64_t)(k * seg->va->gran) > gm__va_keep(ctx, seg->va->gran) &&
-        gm__va_fewest_in(seg, b, rsize, &k, &off) && off) {
-        uintptr_t at = b->addr + off;
-        if (gm__va_commit(ctx, seg, at, rsize, wait) == GM_OK) {
-            gm__block* c = gm__arena_cut(seg->arena, b, off);
-            if (c) return c;
-            gm__va_unref(ctx, seg, at, rsize, 0); /* no record: its start after all */
-        }
-    }
-    r = gm__va_commit(ctx, seg, b->addr, rsize, wait);
-    if (r == GM_OK) return b;
-    if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
-    return NULL;
+        gm__va_fewest_in(seg, b, rsize, &k, &off) && off &&
+        ((c = gm__take_at(ctx, b, b->addr + off, rsize, wait)) != NULL || ctx->dev_err != GM_OK))
+        return c; /* there, or a device error: no more tries */
+    return gm__take_at(ctx, b, b->addr, rsize, wait); /* its start */
 }
 
+/* One try at a block for rsize on stream si: the free lists, then (classic)
+   another stream's whole free segment and a new segment, or (expandable)
+   the stream's address range with its pages mapped. */
 static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
     gm__block* b = gm__pool_find(ctx, pl, si, rsize);
     if (ctx->va_gran) {
-        gm_result r;
         gm__block* c;
+        size_t k, off = 0;
         if (!b && !ctx->ss[si].vseg[pl] && gm__vseg_open(ctx, pl, si)) b = gm__pool_find(ctx, pl, si, rsize);
-        if (b && (c = gm__va_take(ctx, b, rsize, wait)) != NULL) return c;
-        if (b) {
-            size_t k = gm__va_new_pages(b->seg, b->addr, rsize), off = 0;
-            gm__seg* seg = b->seg;
-            b = NULL;
-            if (ctx->dev_err == GM_OK && k && (b = gm__va_fewest(seg, rsize, k, &off)) != NULL) {
-                if ((r = gm__va_commit(ctx, seg, b->addr + off, rsize, wait)) != GM_OK) {
-                    if (r != GM_ERR_OUT_OF_MEMORY) ctx->dev_err = r;
-                    b = NULL;
-                } else if (off) {
-                    uintptr_t at = b->addr + off;
-                    if ((b = gm__arena_cut(seg->arena, b, off)) == NULL) gm__va_unref(ctx, seg, at, rsize, 0); /* no record */
-                }
-            }
-        }
-        return b;
+        if (!b) return NULL;
+        if ((c = gm__va_take(ctx, b, rsize, wait)) != NULL) return c;
+        /* the budget lacks the pages best fit needs: the place that maps the fewest */
+        k = gm__va_new_pages(b->seg, b->addr, rsize);
+        if (ctx->dev_err != GM_OK || !k || (c = gm__va_fewest(b->seg, rsize, k, &off)) == NULL) return NULL;
+        return gm__take_at(ctx, c, c->addr + off, rsize, wait);
     }
     if (b) return b;
     if ((b = gm__adopt(ctx, pl, si, rsize, wait)) != NULL) return b;
@@ -4440,6 +4438,7 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     }
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
+    ctx->dev_err = GM_OK; /* this request's, from its first try on */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
@@ -7931,6 +7930,7 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
     if (tm->policy == GM_EVICT_CUSTOM && tm->vfn && evict) return r; /* the hook picks victims: gm__evict_some */
     if (evict && !gm__place_rank(tm, &nev)) return r; /* ranks only for places that evict */
     pthread_mutex_lock(&ctx->mu);
+    ctx->dev_err = GM_OK;
     if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto out;
     if (ctx->va_gran) { /* pages the budget may map, with idle pages given back */
         int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
@@ -7986,13 +7986,8 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
         gm__block* b;
         for (b = best.seg->first; b && b->addr + b->size <= best.at; b = b->next) {}
         if (b && b->state == GM__FREE && b->addr <= best.at && b->addr + b->size >= best.at + rsize &&
-            (!best.seg->va || gm__va_commit(ctx, best.seg, best.at, rsize, 0) == GM_OK)) {
-            if (b->addr < best.at && (b = gm__arena_cut(best.seg->arena, b, best.at - b->addr)) == NULL) {
-                if (best.seg->va) gm__va_unref(ctx, best.seg, best.at, rsize, 0);
-            } else {
-                r = gm__alloc_take(ctx, b, rsize, x->bytes, GM__IN(tm), GM__OWN_TENSOR, gm__handle_id(tm, x), &x->dev);
-            }
-        }
+            (b = gm__take_at(ctx, b, best.at, rsize, 0)) != NULL)
+            r = gm__alloc_take(ctx, b, rsize, x->bytes, GM__IN(tm), GM__OWN_TENSOR, gm__handle_id(tm, x), &x->dev);
     }
 out:
     gm__unlock(ctx);
@@ -8112,11 +8107,11 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
     gm_result r;
     int more;
     size_t got;
+    unsigned grow = tm->exact ? GM__A_EXACT : GM__A_PACK; /* new segments sized for the budget */
     tm->try_evicted = 0; /* for the out-of-memory line */
     for (;;) {
         if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | (tm->exact ? GM__A_EXACT : GM__A_PACK), GM__OWN_TENSOR,
-                      id); /* a new segment */
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | grow, GM__OWN_TENSOR, id); /* a new segment */
         if (r != GM_ERR_OUT_OF_MEMORY) break;
         if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
         if (more) continue;
@@ -8126,7 +8121,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         tm->try_evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), tm->exact ? GM__A_EXACT : GM__A_PACK, GM__OWN_TENSOR, id);
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), grow, GM__OWN_TENSOR, id);
     if (r != GM_OK) x->dev = NULL;
     return r;
 }
