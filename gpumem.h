@@ -245,6 +245,7 @@
       device:N            device                       0
       budget:8G|0.25      device_budget / _fraction    the whole device
       caching:on|off      caching                      on
+      thread_cache:on|off thread_cache                 on
       expandable:on|off   expandable                   off
       gc_threshold:0.8    gc_threshold                 off
       max_split_size:64M  max_split_size (> 20 MiB)    unlimited
@@ -519,6 +520,7 @@ typedef struct gm_desc {
     int disk_depth;                /* chunks in flight, default 32 */
     size_t disk_chunk;             /* bytes per chunk, default 1 MiB */
     gm_sim_desc sim;
+    gm_toggle thread_cache;        /* per-thread caches of small freed blocks; default on */
 } gm_desc;
 
 /* One statistic, with PyTorch's semantics. */
@@ -690,7 +692,22 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
    GM_ERR_DOUBLE_FREE, a pointer not from gm_alloc GM_ERR_FOREIGN_POINTER
    (an address inside a block or never handed out, raw memory, a tensor's
    device memory, the plan's region); the allocator is unchanged by
-   either. */
+   either.
+   Thread caches (desc.thread_cache, on by default; off with expandable
+   segments, a trace, or caching:off): each thread keeps up to 8 freed
+   blocks of each size up to 1 MiB, per stream, at most 2 MiB (and
+   1/64 of the budget) in all. A gm_alloc of the same rounded size on the
+   same stream takes one back, and gm_free of a block the thread was handed
+   puts it there, both without the context's lock. Any call that goes
+   through the lock gives the calling thread's blocks back first; blocks in
+   other threads' caches are given back when a request would otherwise fail
+   and by gm_empty_cache, gm_check, gm_snapshot, gm_set_budget and
+   gm_stream_destroy. Statistics count a cached block as freed: with one
+   thread, allocations, active, allocated and requested bytes are what they
+   would be without the caches, peaks included; with several allocating at
+   once a peak may be a little above the true one. A cached block is not
+   counted as an inactive split until it is given back (gm_get_stats gives
+   the calling thread's back). A block may be freed by any thread. */
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr);
 /* Marks that `stream` also uses the block at ptr: gm_free will not let the
    block be reused until the work queued on `stream` before the free ends. */
@@ -956,6 +973,7 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -993,10 +1011,12 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #if defined(__GNUC__)
 #define GM__PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define GM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define GM__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define GM__HOT __attribute__((always_inline)) inline
 #else
 #define GM__PRINTF(f, a)
 #define GM__LIKELY(x) (x)
+#define GM__UNLIKELY(x) (x)
 #define GM__HOT
 #endif
 
@@ -1055,6 +1075,8 @@ typedef struct gm__backend gm__backend;
    memory, never inside the range they describe. */
 enum { GM__FREE = 0, GM__USED = 1, GM__PENDING = 2 };
 struct gm__block {
+    uint64_t tcw;           /* the thread caches' word (>>tcache), atomic; first: a
+                               record's reuse keeps it */
     uintptr_t addr;
     size_t size;
     gm__block *prev, *next; /* address-ordered neighbours in the segment */
@@ -1177,6 +1199,11 @@ struct gm_context {
     char disk_dir[GM__PATH]; /* desc.disk_dir when it came from an option */
     FILE* trace;            /* capture: RMM's replay CSV */
     uint64_t t0;            /* setup time, for the trace's clock */
+    struct gm__tcache* tcs; /* the threads' caches of this context (>>tcache), under mu */
+    int tc_on;              /* gm_alloc and gm_free may use them (set at setup) */
+    uint64_t tc_epoch;      /* statistics folds so far (atomic) */
+    int tc_frozen;          /* the caches stand still (gm__tc_freeze), under mu */
+    int tc_dirty;           /* a cache counted something since the last fold (atomic) */
 };
 
 /* >>log -------------------------------------------------------------------
@@ -1367,6 +1394,7 @@ static int gm__pick(const char* v, size_t vn, const char* const* words) {
 GM__ENUM_SET(gm__set_backend, backend, gm_backend)
 GM__ENUM_SET(gm__set_expandable, expandable, gm_toggle)
 GM__ENUM_SET(gm__set_caching, caching, gm_toggle)
+GM__ENUM_SET(gm__set_thread_cache, thread_cache, gm_toggle)
 GM__ENUM_SET(gm__set_fallback, fallback, gm_fallback)
 GM__ENUM_SET(gm__set_log, log_level, gm_log_level)
 GM__ENUM_SET(gm__set_disk_io, disk_io, gm_disk_io)
@@ -1379,7 +1407,7 @@ static const struct {
     {"backend", gm__w_backend, gm__set_backend},     {"expandable", gm__w_toggle, gm__set_expandable},
     {"caching", gm__w_toggle, gm__set_caching},      {"fallback", gm__w_fallback, gm__set_fallback},
     {"log", gm__w_log, gm__set_log},                 {"disk_io", gm__w_disk_io, gm__set_disk_io},
-    {"disk_checksum", gm__w_toggle, gm__set_disk_checksum},
+    {"disk_checksum", gm__w_toggle, gm__set_disk_checksum}, {"thread_cache", gm__w_toggle, gm__set_thread_cache},
 };
 
 /* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
@@ -1483,6 +1511,7 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
 #endif
     }
     if (!d.caching) d.caching = GM_TOGGLE_ON;
+    if (!d.thread_cache) d.thread_cache = GM_TOGGLE_ON;
     if (!d.expandable) d.expandable = GM_TOGGLE_OFF;
     if (!d.fallback) d.fallback = GM_FALLBACK_FAIL;
     if (!d.host_budget) d.host_budget = 4 * GM__GIB;
@@ -3054,23 +3083,29 @@ static void gm__arena_init(gm__arena* a, size_t align, gm_stats* st, int pool) {
 }
 
 #define GM__SLAB 128
+/* Records lie on whole cache lines of their own: threads that use their
+   own blocks through their caches (>>tcache) share no line. */
+#define GM__REC_STRIDE ((sizeof(gm__block) + 63) / 64 * 64)
 static gm__block* gm__arena_rec(gm__arena* a) {
     gm__block* b;
     if (!a->spare) {
-        size_t i, hdr = gm__round_up(sizeof(gm__chunk), sizeof(void*) * 2);
-        char* mem = (char*)GPUMEM_MALLOC(hdr + GM__SLAB * sizeof(gm__block));
+        size_t i, hdr = gm__round_up(sizeof(gm__chunk), sizeof(void*) * 2), skip;
+        char* mem = (char*)GPUMEM_MALLOC(hdr + 64 + GM__SLAB * GM__REC_STRIDE);
         if (!mem) return NULL;
         ((gm__chunk*)(void*)mem)->next = a->chunks;
         a->chunks = (gm__chunk*)(void*)mem;
+        skip = (64 - (size_t)((uintptr_t)(mem + hdr) & 63)) & 63;
         for (i = 0; i < GM__SLAB; i++) {
-            gm__block* r = (gm__block*)(void*)(mem + hdr + i * sizeof(gm__block));
+            gm__block* r = (gm__block*)(void*)(mem + hdr + skip + i * GM__REC_STRIDE);
+            r->tcw = 0;
             r->next = a->spare;
             a->spare = r;
         }
     }
     b = a->spare;
     a->spare = b->next;
-    memset(b, 0, sizeof *b);
+    memset(&b->addr, 0, sizeof *b - offsetof(gm__block, addr)); /* a thread cache may still read the word of a
+                                                                  record it named */
     return b;
 }
 
@@ -3086,7 +3121,7 @@ static void gm__arena_unrec(gm__arena* a, gm__block* b) {
    foreign pointer: both are refused. */
 #define GM__MARK_SPAN (2 * GM__MIB)
 #define GM__MARK_SLOT 512
-static void gm__mark_freed(gm__seg* s, uintptr_t addr) {
+static GM__HOT void gm__mark_freed(gm__seg* s, uintptr_t addr) {
     size_t off = addr - s->base, c = off / GM__MARK_SPAN, bit = off % GM__MARK_SPAN / GM__MARK_SLOT;
     if (!s->freed && !(s->freed = (uint8_t**)gm__calloc((s->size / GM__MARK_SPAN + 1) * sizeof(uint8_t*)))) return;
     if (!s->freed[c] && !(s->freed[c] = (uint8_t*)gm__calloc(GM__MARK_SPAN / GM__MARK_SLOT / 8))) return;
@@ -4113,19 +4148,25 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
 }
 
 /* A block's last use ended (its free, or its pending events): back to the
-   free tree on its segment's stream. */
-static void gm__free_block(gm_context* ctx, gm__block* b) {
+   free tree on its segment's stream. The quiet one leaves the statistics
+   (a thread cache counted the free). */
+static GM__HOT void gm__free_block_quiet(gm_context* ctx, gm__block* b) {
     gm__seg* seg = b->seg;
     gm__sstate* s = gm__owner(ctx, seg);
     int pl = (int)(seg->arena - ctx->pool);
-    gm__stat_add(ctx->stats.active, gm__pool_stat(pl), -1);
-    gm__stat_add(ctx->stats.active_bytes, gm__pool_stat(pl), -(int64_t)b->size);
     seg->free_epoch = s->dirty_epoch = s->epoch;
     seg->tick = ++ctx->tick;
     if (seg->va) gm__va_unref(ctx, seg, b->addr, b->size, 1);
     gm__arena_give(&ctx->pool[pl], b);
     if (ctx->desc.caching == GM_TOGGLE_OFF && gm__seg_whole_free(seg) && gm__seg_safe(ctx, seg, 1))
         gm__release_seg(ctx, seg);
+}
+
+static void gm__free_block(gm_context* ctx, gm__block* b) {
+    int pl = (int)(b->seg->arena - ctx->pool);
+    gm__stat_add(ctx->stats.active, gm__pool_stat(pl), -1);
+    gm__stat_add(ctx->stats.active_bytes, gm__pool_stat(pl), -(int64_t)b->size);
+    gm__free_block_quiet(ctx, b);
 }
 
 static void gm__pending_unlink(gm_context* ctx, gm__block* b) {
@@ -4320,6 +4361,7 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 #define GM__A_EXACT 8u  /* a new segment of the request's own size (the tiered manager packing a batch) */
 #define GM__A_PACK 16u  /* the same where the usual segment would waste over 1/64 of the budget (the tiered manager) */
 #define GM__GROW_EXACT(flags) ((flags) & GM__A_EXACT ? 2 : (flags) & GM__A_PACK ? 1 : 0)
+static size_t gm__tc_steal(gm_context* ctx, int keep); /* >>tcache */
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
     gm__block* b;
@@ -4334,6 +4376,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
     } while (0)
     for (rounds = 0; rounds < 4; rounds++) {
         GM__RUNG(1, gm__attempt(ctx, pl, *si, rsize, 0));
+        GM__RUNG(gm__tc_steal(ctx, 0) > 0, gm__attempt(ctx, pl, *si, rsize, 0)); /* the thread caches' bins */
         if (flags & (GM__A_NOSYNC | GM__A_TRY)) break; /* the rest waits, records events or gives memory back */
         ctx->stats.num_alloc_retries++;
         GM__RUNG(gm__release(ctx, 0, 0) && (gm__flush(ctx), 1), gm__attempt(ctx, pl, *si, rsize, 0));
@@ -4410,10 +4453,679 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
     return GM_OK;
 }
 
+/* >>tcache ----------------------------------------------------------------
+   Thread caches: gm_alloc and gm_free of small blocks without the lock,
+   the way jemalloc's and mimalloc's thread caches work. A thread that
+   allocates from a context gets a cache for it (gm__tcache): bins of the
+   blocks it freed, by (stream, block size), and a table, by address, of
+   the blocks it was handed. A request of at most GM__TC_MAX bytes whose bin
+   holds a block of its rounded size on its stream takes it there; a free
+   of a block the table names puts it in its bin. Everything else goes
+   through the lock as before, and a block the lock hands to a thread with
+   a cache (of exactly the rounded size, from the small pool) is entered in
+   its table. A block is reused at once only on the stream it was
+   allocated for, as under the lock.
+   A block a cache knows is a USED block of the allocator (in the map)
+   whose word tcw is (generation << 2) | state: GM__TC_NONE (an ordinary
+   block), GM__TC_LIVE (handed out; the user holds it) or GM__TC_FREE (in
+   its owner's bin). Invariants:
+   - only the owner thread moves a block between LIVE and FREE, inside a
+     fast operation: tc->seq odd, begun only while tc->frozen is clear;
+   - a block leaves its cache only under ctx->mu, and its generation grows
+     then: LIVE -> NONE when it is freed through the lock (by another
+     thread, say) or recorded on another stream, FREE -> NONE when its
+     owner or a stealer gives it back to the pool. An entry naming an older
+     word is stale and dropped when met. A stealer first freezes every
+     cache of the context (frozen set, a memory barrier on every thread:
+     membarrier(2), or the owners' own fences where it is missing, then
+     each seq waited even), so bins change hands only while their owners
+     stand still;
+   - the table's entries plus the bins' fit in half the table (a fast
+     operation never grows it); only the owner writes the table (in a fast
+     operation, or under mu), a stealer reads it while frozen;
+     tc->cached sums the bins' bytes, at most tc->cap;
+   - statistics: an owner counts its fast allocations and frees in
+     monotonic counters, read consistently through seq. ctx->stats plus the
+     counts not yet folded is exact; a fold (under mu, when a call under
+     the lock allocates or frees and when statistics are read) adds them
+     and raises the peak by each cache's high-water mark since the last
+     fold: exact with one thread; with several at once the peak of the sum
+     is taken as the sum of the threads' peaks since the last fold;
+   - block records are never freed while the context lives (the arena
+     keeps spares), and a record's reuse keeps its word, so an entry naming
+     an old record reads a later generation, never freed memory. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(GPUMEM_NO_THREAD_CACHE)
+#define GM__TC 1
+#else
+#define GM__TC 0
+#endif
+#define GM__TC_MAX ((size_t)1 << 20) /* the largest request a cache serves (the small pool's) */
+#define GM__TC_BINS 64
+#define GM__TC_DEPTH 8                  /* blocks per bin */
+#define GM__TC_BYTES ((size_t)2 << 20)  /* bytes a cache holds, at most (and budget / 64) */
+#define GM__TC_LIVE_MAX ((size_t)1 << 17) /* table slots, at most */
+#define GM__TC_SLOTS 4                  /* contexts per thread with a cache */
+enum { GM__TC_NONE = 0, GM__TC_LIVE = 1, GM__TC_FREE = 2 };
+/* counters: fast allocations (count, bytes, requested bytes), then frees */
+enum { GM__TCN_A = 0, GM__TCN_F = 3, GM__TCN = 6 };
+
+typedef struct gm__tcent { gm__block* b; uint64_t w; } gm__tcent;
+typedef struct gm__tcbin {
+    size_t size;
+    gm_stream stream;
+    uint32_t n;
+    gm__tcent e[GM__TC_DEPTH]; /* oldest first */
+} gm__tcbin;
+typedef struct gm__tclive { uintptr_t p; gm__block* b; uint64_t w; gm_stream stream; } gm__tclive;
+
+typedef struct gm__tcache {
+    /* the owner's; others read them through seq */
+    uint64_t seq;
+    int64_t cnt[GM__TCN];
+    int64_t hi[3];            /* high-water of allocations - frees since fold `seen` */
+    uint64_t seen;
+    /* the owner's in fast operations and under mu; a stealer's while frozen */
+    size_t cached, cap, nbinned;
+    gm__tcbin bins[GM__TC_BINS];
+    /* the owner's alone */
+    gm__tclive* live;
+    size_t lcap, lcount;
+    /* under ctx->mu */
+    int frozen;               /* atomic; ctx->tc_frozen says whether all are */
+    int64_t folded[GM__TCN];  /* cnt at the last fold */
+    struct gm__tcache* next;  /* the context's list */
+    /* under gm__tc_mu */
+    gm_context* ctx;          /* NULL once the context is shut down */
+} gm__tcache;
+
+/* A full fence. ThreadSanitizer does not model fences: there it is a
+   read-modify-write of one word, a full barrier on every machine it runs on. */
+#if defined(__SANITIZE_THREAD__)
+#define GM__TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GM__TSAN 1
+#endif
+#endif
+#ifdef GM__TSAN
+static int gm__fence_word;
+#define GM__FENCE() ((void)__atomic_fetch_add(&gm__fence_word, 0, __ATOMIC_SEQ_CST))
+#else
+#define GM__FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+#define GM__LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define GM__ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static uint64_t gm__tc_next_gen(uint64_t w, int state) { return (((w >> 2) + 1) << 2) | (uint64_t)state; }
+
+static GM__HOT uint32_t gm__tc_bin(size_t size, gm_stream s) {
+    uint64_t h = ((uint64_t)(size >> 9) + (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+    return (uint32_t)(h >> 58); /* GM__TC_BINS = 64 */
+}
+
+static GM__HOT size_t gm__tc_slot(const gm__tcache* tc, uintptr_t p) {
+    return (size_t)(((uint64_t)(p >> 9) * 0x9E3779B97F4A7C15ull) >> 32) & (tc->lcap - 1);
+}
+
+static GM__HOT gm__tclive* gm__tc_find(gm__tcache* tc, uintptr_t p) {
+    size_t m = tc->lcap - 1, i = gm__tc_slot(tc, p);
+    for (;;) {
+        gm__tclive* e = &tc->live[i];
+        if (e->p == p) return e;
+        if (!e->p) return NULL;
+        i = (i + 1) & m;
+    }
+}
+
+static GM__HOT void gm__tc_put(gm__tcache* tc, uintptr_t p, gm__block* b, uint64_t w, gm_stream s) {
+    size_t m = tc->lcap - 1, i = gm__tc_slot(tc, p);
+    while (tc->live[i].p && tc->live[i].p != p) i = (i + 1) & m;
+    if (!tc->live[i].p) tc->lcount++;
+    tc->live[i].p = p;
+    tc->live[i].b = b;
+    tc->live[i].w = w;
+    tc->live[i].stream = s;
+}
+
+/* Removes an entry, shifting later ones of its run back (no tombstones). */
+static GM__HOT void gm__tc_del(gm__tcache* tc, gm__tclive* e) {
+    size_t m = tc->lcap - 1, i = (size_t)(e - tc->live), j = i;
+    for (;;) {
+        size_t k;
+        j = (j + 1) & m;
+        if (!tc->live[j].p) break;
+        k = gm__tc_slot(tc, tc->live[j].p);
+        if (j > i ? (k <= i || k > j) : (k <= i && k > j)) {
+            tc->live[i] = tc->live[j];
+            i = j;
+        }
+    }
+    tc->live[i].p = 0;
+    tc->lcount--;
+}
+
+/* Room in the table for one more block (the owner): stale entries go,
+   and it doubles as needed, up to GM__TC_LIVE_MAX slots. */
+static int gm__tc_room(gm__tcache* tc) {
+    size_t need = 2 * (tc->lcount + tc->nbinned + 1), cap = tc->lcap, ocap = tc->lcap, i;
+    gm__tclive *old = tc->live, *n;
+    if (need <= tc->lcap) return 1;
+    for (i = 0; i < ocap; i++) /* only the entries still live count */
+        if (old[i].p && GM__LD(old[i].b->tcw) != old[i].w) need -= 2;
+    while (cap < need && cap < GM__TC_LIVE_MAX) cap *= 2;
+    if (cap < need) return 0;
+    n = (gm__tclive*)GPUMEM_MALLOC(cap * sizeof *n);
+    if (!n) return 0;
+    memset(n, 0, cap * sizeof *n);
+    tc->live = n;
+    tc->lcap = cap;
+    tc->lcount = 0;
+    for (i = 0; i < ocap; i++)
+        if (old[i].p && GM__LD(old[i].b->tcw) == old[i].w) gm__tc_put(tc, old[i].p, old[i].b, old[i].w, old[i].stream);
+    GPUMEM_FREE(old);
+    return 1;
+}
+
+/* The process's side: the key whose destructor gives a thread's caches
+   back, and whether membarrier(2) can fence the owners for a stealer. */
+static pthread_mutex_t gm__tc_mu = PTHREAD_MUTEX_INITIALIZER; /* before any ctx->mu */
+static pthread_key_t gm__tc_key;
+static pthread_once_t gm__tc_once = PTHREAD_ONCE_INIT;
+static int gm__tc_keyok, gm__tc_asym;
+typedef struct gm__tls {
+    uint32_t serial[GM__TC_SLOTS];
+    gm__tcache* tc[GM__TC_SLOTS];
+} gm__tls;
+#if GM__TC
+static __thread uint32_t gm__tls_serial; /* the context used last, and its cache */
+static __thread gm__tcache* gm__tls_tc;
+#endif
+#define GM__MEMBARRIER_PRIVATE_EXPEDITED 8
+#define GM__MEMBARRIER_REGISTER_PRIVATE_EXPEDITED 16
+
+static void gm__tc_exit(void* v);
+static void gm__tc_init(void) {
+    gm__tc_keyok = pthread_key_create(&gm__tc_key, gm__tc_exit) == 0;
+#if defined(__linux__) && defined(SYS_membarrier)
+    gm__tc_asym = syscall(SYS_membarrier, GM__MEMBARRIER_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+                  syscall(SYS_membarrier, GM__MEMBARRIER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+}
+
+/* A stealer's half of the barrier: every thread of the process has passed
+   a full fence (an owner's half is then a compiler barrier), or this
+   thread's own where membarrier is missing (then owners fence too). */
+static void gm__tc_barrier(void) {
+#if defined(__linux__) && defined(SYS_membarrier)
+    if (gm__tc_asym && syscall(SYS_membarrier, GM__MEMBARRIER_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+#endif
+    GM__FENCE();
+}
+
+/* The owner begins a fast operation: 0 when its cache is frozen. */
+static GM__HOT int gm__tc_enter(gm__tcache* tc) {
+    uint64_t s = GM__LD(tc->seq);
+    GM__ST(tc->seq, s + 1);
+    if (gm__tc_asym) __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    else GM__FENCE();
+    if (GM__LIKELY(!__atomic_load_n(&tc->frozen, __ATOMIC_ACQUIRE))) return 1;
+    __atomic_store_n(&tc->seq, s + 2, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static GM__HOT void gm__tc_leave(gm__tcache* tc) { __atomic_store_n(&tc->seq, GM__LD(tc->seq) + 1, __ATOMIC_RELEASE); }
+
+/* Every cache of ctx stands still (with mu), or goes on again. */
+static void gm__tc_freeze(gm_context* ctx) {
+    gm__tcache* tc;
+    if (ctx->tc_frozen || !ctx->tcs) return;
+    ctx->tc_frozen = 1;
+    for (tc = ctx->tcs; tc; tc = tc->next) GM__ST(tc->frozen, 1);
+    gm__tc_barrier();
+    for (tc = ctx->tcs; tc; tc = tc->next)
+        while (__atomic_load_n(&tc->seq, __ATOMIC_ACQUIRE) & 1) sched_yield();
+}
+
+static void gm__tc_thaw(gm_context* ctx) {
+    gm__tcache* tc;
+    ctx->tc_frozen = 0;
+    for (tc = ctx->tcs; tc; tc = tc->next) __atomic_store_n(&tc->frozen, 0, __ATOMIC_RELEASE);
+}
+
+/* A cache's counters, consistent (any thread). */
+static void gm__tc_read(const gm__tcache* tc, int64_t c[GM__TCN], int64_t hi[3], uint64_t* seen) {
+    for (;;) {
+        uint64_t s = __atomic_load_n(&tc->seq, __ATOMIC_ACQUIRE);
+        int k;
+        if (s & 1) {
+            sched_yield();
+            continue;
+        }
+        /* acquire loads: the second read of seq cannot move before them */
+        for (k = 0; k < GM__TCN; k++) c[k] = __atomic_load_n(&tc->cnt[k], __ATOMIC_ACQUIRE);
+        for (k = 0; k < 3; k++) hi[k] = __atomic_load_n(&tc->hi[k], __ATOMIC_ACQUIRE);
+        *seen = __atomic_load_n(&tc->seen, __ATOMIC_ACQUIRE);
+        if (GM__LD(tc->seq) == s) return;
+    }
+}
+
+static void gm__tc_apply(gm_stat* s3, int64_t up, int64_t a, int64_t f) {
+    static const int at[2] = {GM_STAT_ALL, GM_STAT_SMALL_POOL};
+    int i;
+    for (i = 0; i < 2; i++) {
+        gm_stat* s = &s3[at[i]];
+        if (s->current + up > s->peak) s->peak = s->current + up;
+        s->current += a - f;
+        s->allocated += a;
+        s->freed += f;
+        if (s->current > s->peak) s->peak = s->current;
+    }
+}
+
+/* The caches' counts since the last fold go into ctx->stats (with mu). */
+static void gm__tc_fold_now(gm_context* ctx) {
+    int64_t up[3] = {0, 0, 0}, add[GM__TCN] = {0, 0, 0, 0, 0, 0};
+    uint64_t e;
+    gm__tcache* tc;
+    int k;
+    if (GM__LIKELY(!ctx->tcs)) return;
+    GM__ST(ctx->tc_dirty, 0);
+    e = GM__LD(ctx->tc_epoch);
+    GM__ST(ctx->tc_epoch, e + 1); /* owners start their next high-water marks */
+    for (tc = ctx->tcs; tc; tc = tc->next) {
+        int64_t c[GM__TCN], hi[3];
+        uint64_t seen;
+        gm__tc_read(tc, c, hi, &seen);
+        for (k = 0; k < 3; k++) {
+            int64_t f = tc->folded[GM__TCN_A + k] - tc->folded[GM__TCN_F + k];
+            up[k] += (seen == e && hi[k] > f ? hi[k] : f) - f;
+        }
+        for (k = 0; k < GM__TCN; k++) {
+            add[k] += c[k] - tc->folded[k];
+            tc->folded[k] = c[k];
+        }
+    }
+    gm__tc_apply(ctx->stats.allocation, up[0], add[GM__TCN_A], add[GM__TCN_F]);
+    gm__tc_apply(ctx->stats.active, up[0], add[GM__TCN_A], add[GM__TCN_F]);
+    gm__tc_apply(ctx->stats.allocated_bytes, up[1], add[GM__TCN_A + 1], add[GM__TCN_F + 1]);
+    gm__tc_apply(ctx->stats.active_bytes, up[1], add[GM__TCN_A + 1], add[GM__TCN_F + 1]);
+    gm__tc_apply(ctx->stats.requested_bytes, up[2], add[GM__TCN_A + 2], add[GM__TCN_F + 2]);
+}
+
+/* A fold where a cache counted something since the last (the calls under
+   the lock: their peaks see it). gm__tc_fold_now folds whatever the flag
+   says, for readers of the statistics. */
+static GM__HOT void gm__tc_fold(gm_context* ctx) {
+    if (GM__LD(ctx->tc_dirty)) gm__tc_fold_now(ctx);
+}
+
+/* The owner counts a fast allocation or free. */
+static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int64_t bytes, int64_t req) {
+    int o = fr ? GM__TCN_F : GM__TCN_A;
+    int64_t c0 = GM__LD(tc->cnt[o]) + 1, c1 = GM__LD(tc->cnt[o + 1]) + bytes, c2 = GM__LD(tc->cnt[o + 2]) + req;
+    GM__ST(tc->cnt[o], c0);
+    GM__ST(tc->cnt[o + 1], c1);
+    GM__ST(tc->cnt[o + 2], c2);
+    if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
+    if (!fr) { /* the high-water marks since the last fold */
+        uint64_t e = GM__LD(ctx->tc_epoch);
+        int64_t n0 = c0 - GM__LD(tc->cnt[GM__TCN_F]), n1 = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]),
+                n2 = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
+        if (GM__LD(tc->seen) != e) {
+            GM__ST(tc->seen, e);
+            GM__ST(tc->hi[0], n0);
+            GM__ST(tc->hi[1], n1);
+            GM__ST(tc->hi[2], n2);
+        } else {
+            if (n0 > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n0);
+            if (n1 > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n1);
+            if (n2 > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n2);
+        }
+    }
+}
+
+/* A request served from the calling thread's bin, without the lock: 1, or
+   0 when the bin has no block of its size on its stream. */
+static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, size_t size, gm_stream stream) {
+    size_t rsize = gm__round_req(size);
+    gm__tcbin* bin = &tc->bins[gm__tc_bin(rsize, stream)];
+    gm__tcent e;
+    uint64_t w;
+    if (!gm__tc_enter(tc)) return 0;
+    if (!bin->n || bin->size != rsize || bin->stream != stream) {
+        gm__tc_leave(tc);
+        return 0;
+    }
+    e = bin->e[--bin->n];
+    tc->nbinned--;
+    GM__ST(tc->cached, tc->cached - rsize); /* others read it to see whether any cache holds blocks */
+    w = e.w - GM__TC_FREE + GM__TC_LIVE;
+    GM__ST(e.b->tcw, w);
+    e.b->requested = size;
+    gm__tc_put(tc, e.b->addr, e.b, w, stream);
+    gm__tc_count(ctx, tc, 0, (int64_t)rsize, (int64_t)size);
+    gm__tc_leave(tc);
+    *out = (void*)e.b->addr;
+    return 1;
+}
+
+/* A block the calling thread was handed into its bin, without the lock: 1;
+   0 when its cache does not know it (or it is frozen); 2 when its bin or
+   the cache is full (the caller gives some back under the lock, then
+   tries again). */
+static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
+    gm__tclive* e;
+    gm__tcbin* bin;
+    gm__block* b;
+    uint64_t w;
+    size_t size;
+    e = gm__tc_find(tc, (uintptr_t)ptr); /* only the owner writes the table: a miss needs no entering */
+    if (!e || !gm__tc_enter(tc)) return 0;
+    b = e->b;
+    w = GM__LD(b->tcw);
+    if (w != e->w) { /* it left this cache (freed or recorded elsewhere, and maybe handed out again) */
+        gm__tc_del(tc, e);
+        gm__tc_leave(tc);
+        return 0;
+    }
+    size = b->size;
+    bin = &tc->bins[gm__tc_bin(size, e->stream)];
+    if (bin->n && (bin->size != size || bin->stream != e->stream)) { /* its bin serves another: through the lock */
+        gm__tc_leave(tc);
+        return 0;
+    }
+    if (bin->n == GM__TC_DEPTH || tc->cached + size > tc->cap) {
+        gm__tc_leave(tc);
+        return 2;
+    }
+    if (!bin->n) {
+        bin->size = size;
+        bin->stream = e->stream;
+    }
+    w = w - GM__TC_LIVE + GM__TC_FREE;
+    bin->e[bin->n].b = b;
+    bin->e[bin->n].w = w;
+    bin->n++;
+    tc->nbinned++;
+    GM__ST(tc->cached, tc->cached + size);
+    GM__ST(b->tcw, w);
+    gm__tc_del(tc, e);
+    gm__tc_count(ctx, tc, 1, (int64_t)size, (int64_t)b->requested);
+    gm__tc_leave(tc);
+    return 1;
+}
+
+/* A FREE block of a cache back to the pool (with mu; its owner stands
+   still or is the caller). Its free was counted by the cache. */
+static void gm__tc_give(gm_context* ctx, gm__block* b) {
+    GM__ST(b->tcw, gm__tc_next_gen(GM__LD(b->tcw), GM__TC_NONE));
+    gm__map_del(&ctx->map, b->addr);
+    gm__mark_freed(b->seg, b->addr);
+    gm__free_block_quiet(ctx, b);
+}
+
+/* The oldest `n` blocks of a bin back to the pool (with mu). */
+static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, uint32_t n) {
+    uint32_t i;
+    size_t got = 0;
+    if (n > bin->n) n = bin->n;
+    for (i = 0; i < n; i++) {
+        gm__block* b = bin->e[i].b;
+        if (GM__LD(b->tcw) != bin->e[i].w) continue; /* cannot be: bins are emptied when blocks leave */
+        got += b->size;
+        gm__tc_give(ctx, b);
+    }
+    memmove(bin->e, bin->e + n, (bin->n - n) * sizeof bin->e[0]);
+    bin->n -= n;
+    tc->nbinned -= n;
+    GM__ST(tc->cached, tc->cached - got);
+    return got;
+}
+
+/* The owner's bins back to the pool (with mu). */
+static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
+    uint32_t i;
+    for (i = 0; i < GM__TC_BINS && tc->nbinned; i++) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
+}
+
+/* The owner makes room for a free that found its bin or cache full (with
+   mu): half of that bin, or when the cache is full, every bin. */
+static void gm__tc_make_room(gm_context* ctx, gm__tcache* tc, const void* ptr) {
+    gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr);
+    if (e && GM__LD(e->b->tcw) == e->w) {
+        gm__tcbin* bin = &tc->bins[gm__tc_bin(e->b->size, e->stream)];
+        if (bin->n == GM__TC_DEPTH && tc->cached + e->b->size <= tc->cap) {
+            gm__tc_give_bin(ctx, tc, bin, GM__TC_DEPTH / 2);
+            return;
+        }
+    }
+    gm__tc_give_own(ctx, tc);
+}
+
+/* Every cache's bins back to the pool (with mu): the bytes given back.
+   With keep, the caches stay frozen (gm__tc_thaw ends it). */
+static size_t gm__tc_steal(gm_context* ctx, int keep) {
+    gm__tcache* tc;
+    size_t got = 0;
+    uint32_t i;
+    if (!keep) { /* a freeze costs every thread a barrier: not for empty caches */
+        for (tc = ctx->tcs; tc && !GM__LD(tc->cached); tc = tc->next) {}
+        if (!tc) return 0;
+    }
+    gm__tc_freeze(ctx);
+    for (tc = ctx->tcs; tc; tc = tc->next)
+        for (i = 0; i < GM__TC_BINS && tc->nbinned; i++) got += gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
+    if (!keep) gm__tc_thaw(ctx);
+    return got;
+}
+
+/* A block about to change hands under the lock (freed, or recorded on
+   another stream): it leaves the cache that handed it out. Returns 0 when
+   it lies in a bin: freed already. */
+static int gm__tc_leave_block(gm__block* b) {
+    uint64_t w = GM__LD(b->tcw);
+    if ((w & 3) == GM__TC_FREE) return 0;
+    if ((w & 3) == GM__TC_LIVE) GM__ST(b->tcw, gm__tc_next_gen(w, GM__TC_NONE));
+    return 1;
+}
+
+/* A block the lock hands to the calling thread enters its cache's table
+   (with mu). */
+static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t rsize, gm_stream stream) {
+    uint64_t w;
+    if (!tc || b->size != rsize || b->seg->arena != &ctx->pool[0] || !gm__tc_room(tc)) return;
+    w = gm__tc_next_gen(GM__LD(b->tcw), GM__TC_LIVE);
+    GM__ST(b->tcw, w);
+    gm__tc_put(tc, b->addr, b, w, stream);
+}
+
+/* Stream s ends (with mu): no cache keeps or hands out its blocks any
+   more (its handle may come back as another stream). */
+static void gm__tc_forget_stream(gm_context* ctx, gm_stream s) {
+    gm__tcache* tc;
+    size_t i;
+    if (!ctx->tcs) return;
+    gm__tc_freeze(ctx);
+    for (tc = ctx->tcs; tc; tc = tc->next) {
+        for (i = 0; i < GM__TC_BINS; i++)
+            if (tc->bins[i].n && tc->bins[i].stream == s) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
+        for (i = 0; i < tc->lcap; i++) /* blocks handed out for it are freed through the lock */
+            if (tc->live[i].p && tc->live[i].stream == s && GM__LD(tc->live[i].b->tcw) == tc->live[i].w)
+                GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
+    }
+    gm__tc_thaw(ctx);
+}
+
+/* The caches' invariants (with mu, frozen): for gm_check. */
+static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
+    const gm__tcache* tc;
+    int n = 0;
+    for (tc = ctx->tcs; tc; tc = tc->next, n++) {
+        size_t i, cached = 0, nb = 0, live = 0;
+        for (i = 0; i < GM__TC_BINS; i++) {
+            const gm__tcbin* bin = &tc->bins[i];
+            uint32_t k;
+            if (bin->n > GM__TC_DEPTH) gm__broken(ck, "thread cache %d: bin %zu holds %u blocks", n, i, bin->n);
+            for (k = 0; k < bin->n && k < GM__TC_DEPTH; k++) {
+                const gm__block* b = bin->e[k].b;
+                if (GM__LD(b->tcw) != bin->e[k].w || (bin->e[k].w & 3) != GM__TC_FREE || b->state != GM__USED ||
+                    gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->seg->arena != &ctx->pool[0] ||
+                    gm__tc_bin(b->size, bin->stream) != i)
+                    gm__broken(ck, "thread cache %d: bin %zu holds block %#lx (%zu bytes), which is not its free block",
+                               n, i, (unsigned long)b->addr, b->size);
+                cached += b->size;
+                nb++;
+            }
+        }
+        for (i = 0; i < tc->lcap; i++) {
+            const gm__tclive* e = &tc->live[i];
+            if (!e->p) continue;
+            live++;
+            if (GM__LD(e->b->tcw) != e->w) continue; /* stale: it left, dropped when met */
+            if ((e->w & 3) != GM__TC_LIVE || e->b->addr != e->p || gm__map_get(&ctx->map, e->p) != e->b)
+                gm__broken(ck, "thread cache %d: the table names %#lx, which is not a block it handed out", n,
+                           (unsigned long)e->p);
+        }
+        if (cached != tc->cached || nb != tc->nbinned || cached > tc->cap)
+            gm__broken(ck, "thread cache %d: bins hold %zu blocks of %zu bytes, %zu and %zu counted (limit %zu)", n, nb,
+                       cached, tc->nbinned, tc->cached, tc->cap);
+        if (live != tc->lcount || 2 * (tc->lcount + tc->nbinned) > tc->lcap)
+            gm__broken(ck, "thread cache %d: the table holds %zu entries, %zu counted, %zu binned, in %zu slots", n,
+                       live, tc->lcount, tc->nbinned, tc->lcap);
+    }
+}
+
+/* A cache leaves its context (with gm__tc_mu and ctx->mu): its counts are
+   folded, its bins given back, and it is off the list. Its blocks still
+   handed out are freed through the lock, as ordinary blocks. */
+static void gm__tc_drop(gm_context* ctx, gm__tcache* tc) {
+    gm__tcache** pp;
+    gm__tc_fold_now(ctx);
+    gm__tc_give_own(ctx, tc);
+    for (pp = &ctx->tcs; *pp; pp = &(*pp)->next)
+        if (*pp == tc) {
+            *pp = tc->next;
+            break;
+        }
+    tc->ctx = NULL;
+}
+
+static void gm__tc_destroy(gm__tcache* tc) {
+    GPUMEM_FREE(tc->live);
+    GPUMEM_FREE(tc);
+}
+
+/* The thread's destructor: each cache leaves its context, if it is live. */
+static void gm__tc_exit(void* v) {
+    gm__tls* t = (gm__tls*)v;
+    int i;
+    pthread_mutex_lock(&gm__tc_mu);
+    for (i = 0; i < GM__TC_SLOTS; i++) {
+        gm__tcache* tc = t->tc[i];
+        gm_context* ctx;
+        if (!tc) continue;
+        if ((ctx = tc->ctx) != NULL) {
+            pthread_mutex_lock(&ctx->mu);
+            gm__tc_drop(ctx, tc);
+            gm__unlock(ctx);
+        }
+        gm__tc_destroy(tc);
+    }
+    pthread_mutex_unlock(&gm__tc_mu);
+#if GM__TC
+    gm__tls_serial = 0;
+    gm__tls_tc = NULL;
+#endif
+    GPUMEM_FREE(t);
+}
+
+/* At shutdown (without mu): the caches of ctx are orphaned; their threads
+   free them. */
+static void gm__tc_shutdown(gm_context* ctx) {
+    gm__tcache* tc;
+    pthread_mutex_lock(&gm__tc_mu);
+    pthread_mutex_lock(&ctx->mu);
+    gm__tc_steal(ctx, 0);
+    gm__tc_fold_now(ctx);
+    for (tc = ctx->tcs; tc; tc = tc->next) tc->ctx = NULL;
+    ctx->tcs = NULL;
+    gm__unlock(ctx);
+    pthread_mutex_unlock(&gm__tc_mu);
+}
+
+/* The calling thread's cache for ctx, made on first use (create), or NULL
+   (no cache: the lock serves every call). */
+static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
+    gm__tls* t;
+    gm__tcache* tc = NULL;
+    int i, slot = -1;
+    pthread_once(&gm__tc_once, gm__tc_init);
+    if (!gm__tc_keyok) return NULL;
+    t = (gm__tls*)pthread_getspecific(gm__tc_key);
+    for (i = 0; t && i < GM__TC_SLOTS; i++)
+        if (t->tc[i] && t->serial[i] == ctx->serial) tc = t->tc[i];
+    if (!tc && create) {
+        if (!t) {
+            t = (gm__tls*)GPUMEM_MALLOC(sizeof *t);
+            if (!t) return NULL;
+            memset(t, 0, sizeof *t);
+            if (pthread_setspecific(gm__tc_key, t) != 0) {
+                GPUMEM_FREE(t);
+                return NULL;
+            }
+        }
+        pthread_mutex_lock(&gm__tc_mu);
+        for (i = 0; i < GM__TC_SLOTS; i++) {
+            if (t->tc[i] && !t->tc[i]->ctx) { /* its context is gone */
+                gm__tc_destroy(t->tc[i]);
+                t->tc[i] = NULL;
+            }
+            if (!t->tc[i] && slot < 0) slot = i;
+        }
+        if (slot >= 0 && (tc = (gm__tcache*)GPUMEM_MALLOC(sizeof *tc)) != NULL) {
+            memset(tc, 0, sizeof *tc);
+            tc->lcap = 64;
+            tc->live = (gm__tclive*)GPUMEM_MALLOC(tc->lcap * sizeof *tc->live);
+            if (!tc->live) {
+                GPUMEM_FREE(tc);
+                tc = NULL;
+            } else {
+                memset(tc->live, 0, tc->lcap * sizeof *tc->live);
+                tc->ctx = ctx;
+                pthread_mutex_lock(&ctx->mu);
+                tc->cap = ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES;
+                tc->next = ctx->tcs;
+                ctx->tcs = tc;
+                pthread_mutex_unlock(&ctx->mu);
+                t->serial[slot] = ctx->serial;
+                t->tc[slot] = tc;
+            }
+        }
+        pthread_mutex_unlock(&gm__tc_mu);
+    }
+#if GM__TC
+    gm__tls_serial = ctx->serial; /* none is remembered too: a thread that only frees asks once */
+    gm__tls_tc = tc;
+#endif
+    return tc;
+}
+
+/* The calling thread's cache for ctx: from the last call's, at once. */
+static GM__HOT gm__tcache* gm__tc_get(gm_context* ctx, int create) {
+#if GM__TC
+    if (GM__LIKELY(gm__tls_serial == ctx->serial) && (gm__tls_tc || !create)) return gm__tls_tc;
+    return gm__tc_lookup(ctx, create);
+#else
+    (void)ctx;
+    (void)create;
+    return NULL;
+#endif
+}
+
 /* flags: GM__A_*. owner and tag: who will hold the block (GM__OWN_*, and a
    tensor's handle id). */
-static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags, int owner,
-                           uint32_t tag) {
+static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags, int owner,
+                              uint32_t tag, gm__tcache* tc) {
     size_t rsize;
     int pl;
     uint32_t si;
@@ -4439,14 +5151,22 @@ static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream s
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
+    gm__tc_fold(ctx); /* the peaks below see what the thread caches did */
+    if (tc && tc->nbinned) gm__tc_give_own(ctx, tc); /* a miss: best fit sees every free block of this thread */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
     if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
     ctx->nosync = ctx->grow_exact = 0;
     if (b) r = gm__alloc_take(ctx, b, rsize, size, stream, owner, tag, out);
+    if (b && r == GM_OK && tc) gm__tc_adopt(ctx, tc, b, rsize, stream);
     gm__unlock(ctx);
     return r;
+}
+
+static gm_result gm__alloc(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags, int owner,
+                           uint32_t tag) {
+    return gm__alloc_tc(ctx, out, size, stream, flags, owner, tag, NULL);
 }
 
 /* Whether a request of `bytes` the device cannot hold goes to unified
@@ -4681,10 +5401,16 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
 
 GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
     gm_result r;
+    gm__tcache* tc = NULL;
+    void* plan;
     if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
-    if (out && size && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_alloc(ctx, out, size, stream))
-        return GM_OK;
-    r = gm__alloc(ctx, out, size, stream, flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0, GM__OWN_USER, 0);
+    plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
+    if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
+    if (ctx->tc_on && out && size && size <= GM__TC_MAX && !plan) { /* the thread's cache, without the lock */
+        tc = gm__tc_get(ctx, 1);
+        if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
+    }
+    r = gm__alloc_tc(ctx, out, size, stream, flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0, GM__OWN_USER, 0, tc);
     if (r == GM_ERR_OUT_OF_MEMORY && !(flags & GM_ALLOC_NO_SYNC)) r = gm__alloc_managed(ctx, out, size, stream);
     if (r == GM_OK && *out && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) gm__plan_note_alloc(ctx, *out, size, stream);
     return r;
@@ -4712,7 +5438,8 @@ static gm_result gm__diagnose(gm_context* ctx, const void* ptr, const char* what
                               "(release or destroy the tensor instead)", what, ptr, b->tag);
         if (b && b->state == GM__USED && b->addr == p && b->owner == GM__OWN_PLAN)
             return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p is the planned mode's region, which it owns", what, ptr);
-        if (gm__was_freed(s, p))
+        if (gm__was_freed(s, p) ||
+            (b && b->state == GM__USED && b->addr == p && (GM__LD(b->tcw) & 3) == GM__TC_FREE))
             return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "%s: %p was already freed", what, ptr);
         if (b && b->state == GM__USED)
             return GM__MISUSE(ctx, GM_ERR_FOREIGN_POINTER, "%s: %p points inside a block, not at its start", what, ptr);
@@ -4731,8 +5458,9 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     gm__block* b;
     int pl, ps;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_fold(ctx);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
-    if (!b || b->owner != owner) { /* unified memory of the owner's, or a mistake */
+    if (!b || b->owner != owner || !gm__tc_leave_block(b)) { /* unified memory of the owner's, or a mistake */
         gm_result r = b ? GM_ERR_FOREIGN_POINTER : gm__managed_put(ctx, ptr, owner);
         if (r != GM_OK) r = gm__diagnose(ctx, ptr, "gm_free");
         gm__unlock(ctx);
@@ -4786,6 +5514,16 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
         gm_result pr;
         if (gm__plan_free(ctx, ptr, &pr)) return pr;
+    } else if (ctx->tc_on) { /* the thread's cache, without the lock */
+        gm__tcache* tc = gm__tc_get(ctx, 0);
+        int k = tc ? gm__tc_free(ctx, tc, ptr) : 0;
+        if (k == 1) return GM_OK;
+        if (k == 2) { /* its bin or the cache is full: some go back in one batch */
+            pthread_mutex_lock(&ctx->mu);
+            gm__tc_make_room(ctx, tc, ptr);
+            gm__unlock(ctx);
+            if (gm__tc_free(ctx, tc, ptr) == 1) return GM_OK;
+        }
     }
     return gm__free(ctx, ptr, GM__OWN_USER);
 }
@@ -4805,11 +5543,12 @@ static gm_result gm__record_stream(gm_context* ctx, void* ptr, gm_stream stream,
             return r;
         }
     }
-    if (!b || b->owner != owner) r = gm__diagnose(ctx, ptr, "gm_record_stream");
+    if (!b || b->owner != owner || (GM__LD(b->tcw) & 3) == GM__TC_FREE) r = gm__diagnose(ctx, ptr, "gm_record_stream");
     else r = gm__ss_index(ctx, stream, &si);
     if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
         for (i = 0; i < b->nuses && b->uses[i] != si; i++) {}
         if (i == b->nuses) {
+            gm__tc_leave_block(b); /* its free waits for the stream: no thread cache keeps it */
             if (b->nuses == b->capuses) {
                 uint32_t cap = b->capuses ? b->capuses * 2 : 2;
                 uint32_t* n = (uint32_t*)gm__grow_array(b->uses, b->capuses * sizeof(uint32_t), cap * sizeof(uint32_t));
@@ -4836,6 +5575,8 @@ GPUMEM_API gm_result gm_record_stream(gm_context* ctx, void* ptr, gm_stream stre
 GPUMEM_API gm_result gm_empty_cache(gm_context* ctx) {
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_steal(ctx, 0);
+    gm__tc_fold_now(ctx);
     gm__wait_all(ctx);
     gm__release(ctx, 1, 0);
     gm__managed_wait(ctx); /* freed unified memory goes too, once its streams are done */
@@ -4855,6 +5596,7 @@ static int gm__regrow_room(gm_context* ctx, size_t size, int wait) {
     int pl, ok;
     gm__seg* s;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_steal(ctx, 0);
     resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
     for (pl = 0; pl < 2 && !ctx->va_gran; pl++)
         for (s = ctx->pool[pl].segs; s; s = s->next)
@@ -4875,6 +5617,7 @@ GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes) {
     ctx->budget = bytes < ctx->total ? bytes : ctx->total;
     ctx->desc.device_budget = ctx->budget;
     ctx->desc.device_budget_fraction = 0;
+    gm__tc_steal(ctx, 0);
     gm__release(ctx, 0, (int64_t)ctx->budget);
     resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
     ctx->budget_slack = (uint64_t)resv > (uint64_t)ctx->budget ? (size_t)resv - ctx->budget : 0; /* reserved only falls */
@@ -4890,7 +5633,7 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) && gm__plan_owns(ctx, ptr, size, NULL, &r)) return r;
     pthread_mutex_lock(&ctx->mu);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
-    if (b && b->owner == GM__OWN_USER) *size = b->size;
+    if (b && b->owner == GM__OWN_USER && (GM__LD(b->tcw) & 3) != GM__TC_FREE) *size = b->size;
     else if (!b && gm__map_get(&ctx->managed, (uintptr_t)ptr) &&
              ((gm__mblock*)gm__map_get(&ctx->managed, (uintptr_t)ptr))->owner == GM__OWN_USER)
         *size = ((gm__mblock*)gm__map_get(&ctx->managed, (uintptr_t)ptr))->size;
@@ -4902,8 +5645,12 @@ GPUMEM_API gm_result gm_block_size(gm_context* ctx, const void* ptr, size_t* siz
 /* >>summary ---------------------------------------------------------------
    Statistics out: a copy, resets, and the text table. */
 GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out) {
+    gm__tcache* tc;
     if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
+    tc = ctx->tc_on ? gm__tc_get(ctx, 0) : NULL;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_fold_now(ctx);
+    if (tc && tc->nbinned) gm__tc_give_own(ctx, tc); /* this thread's free blocks count as the pools' */
     *out = ctx->stats;
     pthread_mutex_unlock(&ctx->mu);
     return GM_OK;
@@ -4913,6 +5660,7 @@ GPUMEM_API gm_result gm_reset_peak_stats(gm_context* ctx) {
     int i;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_fold_now(ctx); /* and the caches' high-water marks start again */
     for (i = 0; i < GM_STAT_POOLS; i++) {
 #define GM__RESET_PEAK(name, is_bytes) ctx->stats.name[i].peak = ctx->stats.name[i].current;
         GM_STAT_LIST(GM__RESET_PEAK)
@@ -4926,6 +5674,7 @@ GPUMEM_API gm_result gm_reset_accumulated_stats(gm_context* ctx) {
     int i;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_fold_now(ctx);
     for (i = 0; i < GM_STAT_POOLS; i++) {
 #define GM__RESET_ACC(name, is_bytes) ctx->stats.name[i].allocated = ctx->stats.name[i].freed = 0;
         GM_STAT_LIST(GM__RESET_ACC)
@@ -5022,6 +5771,8 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
     if (cap) buf[0] = 0;
     if (GM__BAD_CTX(ctx)) return 0;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_steal(ctx, 1); /* the thread caches' free blocks show as free */
+    gm__tc_fold_now(ctx);
     gm__bprintf(&b, "{\"backend\":\"%s\",\"device\":%d,\"budget\":%zu,\"reserved\":%lld,\"allocated\":%lld,\"segments\":[",
                 ctx->be->name, ctx->desc.device, ctx->budget, (long long)ctx->stats.reserved_bytes[GM_STAT_ALL].current,
                 (long long)ctx->stats.allocated_bytes[GM_STAT_ALL].current);
@@ -5069,6 +5820,7 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
         }
     }
     gm__bprintf(&b, "\n]}\n");
+    gm__tc_thaw(ctx);
     pthread_mutex_unlock(&ctx->mu);
     if (cap && b.len >= cap) buf[cap - 1] = 0;
     return b.len;
@@ -5259,7 +6011,12 @@ GPUMEM_API int gm_check_report(gm_context* ctx, char* buf, size_t size) {
     ck.buf = buf;
     ck.cap = buf ? size : 0;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_freeze(ctx); /* the thread caches stand still */
+    gm__tc_check(ctx, &ck);
+    gm__tc_steal(ctx, 1); /* and their bins go back: the pools' free blocks are all there is */
+    gm__tc_fold_now(ctx);
     gm__check_device(ctx, &ck);
+    gm__tc_thaw(ctx);
     pthread_mutex_unlock(&ctx->mu);
     gm__tier_check(ctx, &ck);
     return gm__ck_end(&ck);
@@ -5339,6 +6096,13 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     }
     ctx->t0 = gm__now_ns();
     gm__trace_open(ctx);
+    /* every allocation of a trace is a row written under the lock; with
+       expandable segments a block a cache keeps holds its pages mapped past
+       its free, which moved the traces' fragmentation by up to 0.4 points */
+    ctx->tc_on = GM__TC && ctx->desc.thread_cache != GM_TOGGLE_OFF && ctx->desc.caching != GM_TOGGLE_OFF &&
+                 !ctx->trace && !ctx->va_gran;
+    if (ctx->tc_on) pthread_once(&gm__tc_once, gm__tc_init); /* once a process: membarrier's registration can take
+                                                                 milliseconds, better here than in a gm_alloc */
     r = gm__disk_open(ctx);
     if (r != GM_OK) {
         gm_shutdown(ctx);
@@ -5354,6 +6118,7 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     int pl;
     uint32_t i;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    gm__tc_shutdown(ctx);
     gm__tier_shutdown(ctx);
     gm__plan_destroy(ctx);
     gm__disk_close(ctx);
@@ -5471,6 +6236,7 @@ static gm_result gm__stream_end(gm_context* ctx, gm_stream s, int destroy, const
         gm__fence_wait(ctx, e);
         e->dead = destroy ? 2 : 1;
     }
+    gm__tc_forget_stream(ctx, s);
     if (ctx->last_ss < ctx->nss && ctx->ss[ctx->last_ss].stream == s) ctx->last_ss = ctx->nss; /* no fast path to it */
     r = destroy ? ctx->be->stream_destroy(ctx, s) : GM_OK;
     pthread_mutex_unlock(&ctx->mu);

@@ -1,0 +1,397 @@
+/* The thread caches (>>tcache): gm_alloc and gm_free of small blocks
+   without the lock. What the user sees must not change: the statistics
+   match a context without caches step for step, misuse is still caught,
+   blocks freed on other threads than the allocating one come back whole,
+   an idle thread's cache gives its blocks up when another thread needs the
+   memory, a thread's exit and a context's shutdown leave nothing behind,
+   and a destroyed stream's blocks are never handed out for it again. */
+#include "gm_test.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static gm_context* make(int tcache, size_t budget) {
+    gm_desc d = t_desc();
+    d.thread_cache = tcache ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+    if (budget) d.device_budget = budget;
+    return t_setup(d);
+}
+
+static unsigned long long rng(unsigned long long* s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+/* Same-size pairs reuse the block: the thread cache serves them. */
+static void test_reuse(void) {
+    gm_context* ctx = make(1, 0);
+    void *p, *q;
+    size_t n;
+    int i;
+    T_OK(gm_alloc(ctx, &p, 4096, NULL));
+    T_OK(gm_free(ctx, p));
+    for (i = 0; i < 1000; i++) {
+        T_OK(gm_alloc(ctx, &q, 4000, NULL)); /* the same rounded size */
+        T_CHECK(q == p);
+        T_OK(gm_block_size(ctx, q, &n));
+        T_EQ(n, 4096);
+        T_OK(gm_free(ctx, q));
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A peak reached only through the cache is counted. */
+static void test_peak(void) {
+    gm_context* ctx = make(1, 0);
+    gm_stats st;
+    void* p;
+    T_OK(gm_alloc(ctx, &p, 4000, NULL));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_alloc(ctx, &p, 4096, NULL)); /* the cache: 96 requested bytes above the last peak */
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.requested_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].peak, 4096);
+    T_EQ(st.requested_bytes[GM_STAT_SMALL_POOL].peak, 4096);
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, 2);
+    T_EQ(st.allocation[GM_STAT_ALL].freed, 2);
+    T_OK(gm_reset_peak_stats(ctx));
+    T_OK(gm_alloc(ctx, &p, 4000, NULL));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.requested_bytes[GM_STAT_ALL].peak, 4000);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A random single-thread walk on two contexts, one with thread caches and
+   one without: after every step the counts, requested bytes and their
+   peaks and running totals agree exactly. */
+static void test_stats_match(void) {
+    gm_context* on = make(1, 0);
+    gm_context* off = make(0, 0);
+    void* pa[64];
+    void* pb[64];
+    int n = 0, step, bad = 0;
+    unsigned long long s = 0x1234567ull;
+    static const size_t sizes[] = {512, 700, 4096, 4000, 65536, 3 * KiB, 2900, 3 * MiB};
+    for (step = 0; step < 20000 && !bad; step++) {
+        unsigned long long r = rng(&s);
+        gm_stats x, y;
+        if (n < 64 && (r % 5) < 3) {
+            size_t size = sizes[(r >> 8) % 8];
+            if (gm_alloc(on, &pa[n], size, NULL) != GM_OK || gm_alloc(off, &pb[n], size, NULL) != GM_OK) bad++;
+            n++;
+        } else if (n) {
+            int k = (int)((r >> 8) % (unsigned)n);
+            if (gm_free(on, pa[k]) != GM_OK || gm_free(off, pb[k]) != GM_OK) bad++;
+            pa[k] = pa[n - 1];
+            pb[k] = pb[n - 1];
+            n--;
+        }
+        if (step % 7 == 0 || step > 19900) {
+            T_OK(gm_get_stats(on, &x));
+            T_OK(gm_get_stats(off, &y));
+#define SAME(f)                                                                                       \
+    if (x.f[0].current != y.f[0].current || x.f[0].peak != y.f[0].peak ||                           \
+        x.f[0].allocated != y.f[0].allocated || x.f[0].freed != y.f[0].freed) {                     \
+        printf("step %d: %s differs: %lld/%lld/%lld/%lld against %lld/%lld/%lld/%lld\n", step, #f,     \
+               (long long)x.f[0].current, (long long)x.f[0].peak, (long long)x.f[0].allocated,      \
+               (long long)x.f[0].freed, (long long)y.f[0].current, (long long)y.f[0].peak,           \
+               (long long)y.f[0].allocated, (long long)y.f[0].freed);                                \
+        bad++;                                                                                      \
+    }
+            SAME(allocation)
+            SAME(requested_bytes)
+            SAME(active)
+#undef SAME
+            if (x.allocated_bytes[0].current != y.allocated_bytes[0].current) bad++;
+        }
+        if (step % 1000 == 0 && (gm_check(on) != 0 || gm_check(off) != 0)) bad++;
+    }
+    T_EQ(bad, 0);
+    while (n--) {
+        T_OK(gm_free(on, pa[n]));
+        T_OK(gm_free(off, pb[n]));
+    }
+    T_EQ(gm_check(on), 0);
+    T_OK(gm_shutdown(on));
+    T_OK(gm_shutdown(off));
+}
+
+/* Misuse of blocks a thread cache holds is caught as before. */
+static void test_misuse(void) {
+    gm_context* ctx = make(1, 0);
+    void *p, *q;
+    size_t n;
+    gm_stream s;
+    T_OK(gm_alloc(ctx, &p, 512, NULL));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_alloc(ctx, &p, 512, NULL)); /* from the cache */
+    T_OK(gm_free(ctx, p));              /* into it */
+    T_EQ(gm_free(ctx, p), GM_ERR_DOUBLE_FREE);
+    T_EQ(gm_record_stream(ctx, p, NULL), GM_ERR_DOUBLE_FREE);
+    T_CHECK(gm_block_size(ctx, p, &n) != GM_OK);
+    T_EQ(gm_free(ctx, (char*)p + 512), GM_ERR_FOREIGN_POINTER);
+    /* a block recorded on another stream leaves the cache: its free waits */
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &q, 512, NULL));
+    T_OK(gm_record_stream(ctx, q, s));
+    T_OK(gm_free(ctx, q));
+    T_EQ(gm_free(ctx, q), GM_ERR_DOUBLE_FREE);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, s));
+    /* a destroyed stream's cached blocks are not handed out for it again */
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &q, 4096, s));
+    T_OK(gm_free(ctx, q));
+    T_OK(gm_alloc(ctx, &q, 4096, s)); /* the cache */
+    T_OK(gm_free(ctx, q));
+    T_OK(gm_stream_destroy(ctx, s));
+    if (!t_sim) { /* CUDA hands the handle out again: only the sim's stays invalid */
+        T_OK(gm_shutdown(ctx));
+        return;
+    }
+    T_EQ(gm_alloc(ctx, &q, 4096, s), GM_ERR_INVALID_STREAM);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Threads that allocate, free their own and free each other's, with a
+   checker beside them running gm_check and reading statistics. */
+#define XTHREADS 4
+#define XOPS 40000
+typedef struct xbox {
+    pthread_mutex_t mu;
+    void* p[1024];
+    unsigned long long tag[1024];
+    size_t size[1024];
+    int n;
+} xbox;
+static xbox box = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, {0}, 0};
+static gm_context* xctx;
+static int xerr, xstop;
+static pthread_mutex_t xmu = PTHREAD_MUTEX_INITIALIZER;
+
+static void xbad(void) {
+    pthread_mutex_lock(&xmu);
+    xerr++;
+    pthread_mutex_unlock(&xmu);
+}
+
+static void tag_put(void* p, size_t n, unsigned long long t) {
+    if (t_sim) memcpy(p, &t, n < 8 ? n : 8);
+}
+static int tag_ok(void* p, size_t n, unsigned long long t) {
+    unsigned long long got = 0, want = 0;
+    if (!t_sim) return 1;
+    memcpy(&got, p, n < 8 ? n : 8);
+    memcpy(&want, &t, n < 8 ? n : 8);
+    return got == want;
+}
+
+static void* xworker(void* arg) {
+    unsigned long long s = 0x9E3779B97F4A7C15ull * (unsigned long long)(intptr_t)arg + 1;
+    void* p[32];
+    size_t sz[32];
+    unsigned long long tg[32];
+    int n = 0, i;
+    for (i = 0; i < XOPS; i++) {
+        unsigned long long r = rng(&s);
+        if (n < 32 && (r % 3)) {
+            size_t size = (size_t)512 << ((r >> 8) % 6); /* 512 B .. 16 KiB: the caches' sizes */
+            if (gm_alloc(xctx, &p[n], size, NULL) != GM_OK) {
+                xbad();
+                continue;
+            }
+            sz[n] = size;
+            tg[n] = r | 1;
+            tag_put(p[n], size, tg[n]);
+            n++;
+        } else if (n) {
+            int k = (int)((r >> 8) % (unsigned)n);
+            if (!tag_ok(p[k], sz[k], tg[k])) xbad();
+            if ((r >> 16) % 4 == 0) { /* another thread frees it */
+                pthread_mutex_lock(&box.mu);
+                if (box.n < 1024) {
+                    box.p[box.n] = p[k];
+                    box.tag[box.n] = tg[k];
+                    box.size[box.n] = sz[k];
+                    box.n++;
+                    p[k] = NULL;
+                }
+                pthread_mutex_unlock(&box.mu);
+            }
+            if (p[k] && gm_free(xctx, p[k]) != GM_OK) xbad();
+            p[k] = p[n - 1];
+            sz[k] = sz[n - 1];
+            tg[k] = tg[n - 1];
+            n--;
+        }
+        if ((r >> 24) % 4 == 0) {
+            void* q = NULL;
+            unsigned long long t = 0;
+            size_t qs = 0;
+            pthread_mutex_lock(&box.mu);
+            if (box.n) {
+                box.n--;
+                q = box.p[box.n];
+                t = box.tag[box.n];
+                qs = box.size[box.n];
+            }
+            pthread_mutex_unlock(&box.mu);
+            if (q && !tag_ok(q, qs, t)) xbad();
+            if (q && gm_free(xctx, q) != GM_OK) xbad();
+        }
+    }
+    while (n--) {
+        if (!tag_ok(p[n], sz[n], tg[n])) xbad();
+        if (gm_free(xctx, p[n]) != GM_OK) xbad();
+    }
+    return NULL;
+}
+
+static void* xchecker(void* arg) {
+    int checks = 0, stop = 0;
+    (void)arg;
+    while (!stop) {
+        gm_stats st;
+        if (gm_check(xctx) != 0) xbad();
+        if (gm_get_stats(xctx, &st) != GM_OK || st.allocation[0].current < 0) xbad();
+        checks++;
+        pthread_mutex_lock(&xmu);
+        stop = xstop;
+        pthread_mutex_unlock(&xmu);
+    }
+    return (void*)(intptr_t)checks;
+}
+
+static void test_cross_thread(void) {
+    pthread_t th[XTHREADS], ck;
+    gm_stats st;
+    void* ret;
+    intptr_t i;
+    xctx = make(1, 1024 * MiB);
+    pthread_create(&ck, NULL, xchecker, NULL);
+    for (i = 0; i < XTHREADS; i++) pthread_create(&th[i], NULL, xworker, (void*)i);
+    for (i = 0; i < XTHREADS; i++) pthread_join(th[i], NULL);
+    pthread_mutex_lock(&xmu);
+    xstop = 1;
+    pthread_mutex_unlock(&xmu);
+    pthread_join(ck, &ret);
+    T_CHECK((intptr_t)ret > 0);
+    while (box.n) { /* the main thread frees what is left: blocks of threads that have exited */
+        box.n--;
+        T_CHECK(tag_ok(box.p[box.n], box.size[box.n], box.tag[box.n]));
+        T_OK(gm_free(xctx, box.p[box.n]));
+    }
+    T_EQ(xerr, 0);
+    T_EQ(gm_check(xctx), 0);
+    T_OK(gm_get_stats(xctx, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocated_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(st.active[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, st.allocation[GM_STAT_ALL].freed);
+    T_OK(gm_shutdown(xctx));
+}
+
+/* An idle thread's cache holds blocks another thread needs: they are taken
+   from it (under a budget that has room for nothing else). */
+typedef struct idle_arg {
+    gm_context* ctx;
+    t_gate filled, done;
+} idle_arg;
+
+static void* idle_holder(void* a) {
+    idle_arg* x = (idle_arg*)a;
+    void* p[4];
+    int i;
+    for (i = 0; i < 4; i++)
+        if (gm_alloc(x->ctx, &p[i], 256 * KiB, NULL) != GM_OK) p[i] = NULL;
+    for (i = 0; i < 4; i++)
+        if (p[i]) gm_free(x->ctx, p[i]); /* into this thread's cache */
+    t_gate_open(&x->filled);
+    t_gate_wait(&x->done); /* idle, its cache full */
+    return NULL;
+}
+
+static void test_idle_steal(void) {
+    idle_arg x;
+    pthread_t th;
+    void* big;
+    gm_stats st;
+    x.ctx = make(1, 64 * MiB);
+    t_gate_init(&x.filled);
+    t_gate_init(&x.done);
+    pthread_create(&th, NULL, idle_holder, &x);
+    t_gate_wait(&x.filled);
+    T_OK(gm_alloc(x.ctx, &big, 63 * MiB, NULL)); /* needs the idle thread's small segment back */
+    T_OK(gm_get_stats(x.ctx, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].current, 1);
+    T_EQ(gm_check(x.ctx), 0);
+    T_OK(gm_free(x.ctx, big));
+    t_gate_open(&x.done);
+    pthread_join(th, NULL);
+    T_EQ(gm_check(x.ctx), 0);
+    T_OK(gm_shutdown(x.ctx));
+}
+
+/* A thread's exit gives its cache back; blocks it left live are freed by
+   another; a context shut down while a thread still has a cache for it,
+   and a new context (maybe at the same address) afterwards, are told
+   apart. */
+static void* exiter(void* a) {
+    gm_context* ctx = (gm_context*)a;
+    void *p, *q;
+    if (gm_alloc(ctx, &p, 2048, NULL) == GM_OK) gm_free(ctx, p);
+    if (gm_alloc(ctx, &p, 2048, NULL) != GM_OK) return NULL;
+    if (gm_alloc(ctx, &q, 2048, NULL) == GM_OK) gm_free(ctx, q); /* in its cache at exit */
+    return p;                                                    /* live: the main thread frees it */
+}
+
+static void test_exit_and_shutdown(void) {
+    gm_context* ctx = make(1, 0);
+    pthread_t th;
+    void *p, *q;
+    gm_stats st;
+    int i;
+    pthread_create(&th, NULL, exiter, ctx);
+    pthread_join(th, &p);
+    T_CHECK(p != NULL);
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].current, 1);
+    T_EQ(st.allocated_bytes[GM_STAT_ALL].current, 2048);
+    T_OK(gm_free(ctx, p));
+    T_EQ(gm_free(ctx, p), GM_ERR_DOUBLE_FREE);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].current, 0);
+    for (i = 0; i < 6; i++) { /* contexts come and go under one thread's caches */
+        T_OK(gm_alloc(ctx, &q, 1024, NULL));
+        T_OK(gm_free(ctx, q));
+        T_OK(gm_shutdown(ctx));
+        ctx = make(1, 0);
+        T_OK(gm_alloc(ctx, &q, 1024, NULL));
+        T_OK(gm_free(ctx, q));
+        T_OK(gm_alloc(ctx, &q, 1024, NULL));
+        T_OK(gm_get_stats(ctx, &st));
+        T_EQ(st.allocation[GM_STAT_ALL].current, 1);
+        T_OK(gm_free(ctx, q));
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_shutdown(ctx));
+}
+
+int main(void) {
+    test_reuse();
+    test_peak();
+    test_stats_match();
+    test_misuse();
+    test_cross_thread();
+    test_idle_steal();
+    test_exit_and_shutdown();
+    return t_done();
+}
