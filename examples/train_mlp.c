@@ -13,7 +13,11 @@
    work; the CUDA build (make train-mlp-cuda) runs cuBLAS and the kernels of
    mlp_kernels.cu where there is a device, and sim where there is not.
 
-   usage: train_mlp [FRACTION ...]   (default 1 0.5 0.25) */
+   usage: train_mlp [FRACTION ...]   (default 1 0.5 0.25)
+   Each FRACTION is a budget, as a fraction of the reference run's peak
+   tensor memory (its footprint). A budget below the largest set of tensors
+   one kernel needs at once cannot run: the program says so in one line and
+   exits 1. */
 #define GPUMEM_IMPLEMENTATION
 #include "gpumem.h"
 #include "mlp_kernels.h"
@@ -87,6 +91,8 @@ typedef struct run {
     float losses[STEPS], loss_host;
     double step_ms[STEPS];
     size_t live, peak;     /* tensor bytes */
+    uint64_t held[16];     /* tensors acquired now (their ids) */
+    size_t nheld, held_bytes, ws;  /* ws: the most bytes acquired at once (the working set) */
     gm_result err;
     char what[96];
 } run;
@@ -134,10 +140,20 @@ static float* acq(run* r, gm_tensor t) {
     void* p = NULL;
     if (r->err) return NULL;
     fail(r, gm_tensor_acquire(r->ctx, t, r->s, &p), "gm_tensor_acquire");
-    return r->err ? NULL : (float*)p;
+    if (r->err) return NULL;
+    if (r->nheld < sizeof r->held / sizeof r->held[0]) r->held[r->nheld++] = t.id;
+    r->held_bytes += gm_tensor_size(r->ctx, t);
+    if (r->held_bytes > r->ws) r->ws = r->held_bytes;
+    return (float*)p;
 }
+/* Releases t if acq acquired it (a failed acquire is not released). */
 static void rel(run* r, gm_tensor t, int written) {
-    if (t.id) gm_tensor_release(r->ctx, t, r->s, written);
+    size_t i;
+    for (i = 0; i < r->nheld && r->held[i] != t.id; i++) {}
+    if (!t.id || i == r->nheld) return;
+    r->held[i] = r->held[--r->nheld];
+    r->held_bytes -= gm_tensor_size(r->ctx, t);
+    gm_tensor_release(r->ctx, t, r->s, written);
 }
 
 /* Host values into a tensor (it stays valid: the stream is synchronized
@@ -269,10 +285,10 @@ static double now_ms(void) {
 }
 
 typedef struct outcome {
-    int ok;
+    int ok, oom;                  /* oom: the budget could not hold a working set */
     double median_ms, moved_mib;
     int64_t evictions;
-    size_t peak, reserved_peak;
+    size_t peak, reserved_peak, ws;
 } outcome;
 
 static int cmp_d(const void* a, const void* b) {
@@ -307,7 +323,8 @@ static outcome train(run* r, gm_backend backend, size_t budget) {
         r->step_ms[k] = now_ms() - t0;
     }
     o.ok = !r->err;
-    if (r->err) fprintf(stderr, "train_mlp: %s failed: %s\n", r->what, gm_result_string(r->err));
+    o.oom = r->err == GM_ERR_OUT_OF_MEMORY;
+    if (r->err && !o.oom) fprintf(stderr, "train_mlp: %s failed: %s\n", r->what, gm_result_string(r->err));
     gm_device_synchronize(r->ctx);
     qsort(r->step_ms, STEPS, sizeof(double), cmp_d);
     o.median_ms = r->step_ms[STEPS / 2];
@@ -317,6 +334,7 @@ static outcome train(run* r, gm_backend backend, size_t budget) {
     }
     if (gm_get_stats(r->ctx, &st) == GM_OK) o.reserved_peak = (size_t)st.reserved_bytes[GM_STAT_ALL].peak;
     o.peak = r->peak;
+    o.ws = r->ws;
     if (gm_check(r->ctx) != 0) o.ok = 0;
     for (l = 0; l < L; l++) {
         layer* y = &r->ly[l];
@@ -371,6 +389,13 @@ int main(int argc, char** argv) {
         printf("budget %.0f%% of the footprint: %.1f MiB ...\n", 100 * frac[i], (double)budget / MiB);
         fflush(stdout);
         out[i] = train(&runs[i], be, budget);
+        if (out[i].oom) {
+            printf("train_mlp: a budget of %.1f MiB (%.0f%% of the footprint) is below the working set one kernel "
+                   "needs (%.1f MiB, %.0f%%): stopping\n",
+                   (double)budget / MiB, 100 * frac[i], (double)out[0].ws / MiB, 100.0 * (double)out[0].ws / (double)out[0].peak);
+            return 1;
+        }
+        if (!out[i].ok) return 1;
     }
 
     printf("\nloss by step:\n%6s %14s", "step", "no budget");
@@ -394,8 +419,9 @@ int main(int argc, char** argv) {
                (double)out[i].reserved_peak / MiB, out[i].median_ms, out[i].moved_mib, (long long)out[i].evictions,
                !out[i].ok ? "FAILED" : i == 0 ? "reference" : same ? "identical to the reference, bit for bit" : "DIFFER");
     }
-    printf("(footprint: %.1f MiB of tensors at the peak of the unbudgeted run; step ms: median)\n",
-           (double)out[0].peak / MiB);
+    printf("(footprint: %.1f MiB of tensors at the peak of the unbudgeted run, %.1f MiB acquired at once at most; "
+           "step ms: median)\n",
+           (double)out[0].peak / MiB, (double)out[0].ws / MiB);
 
     svg = plot_open(svg_path, 760, 400);
     if (svg) {
@@ -417,7 +443,7 @@ int main(int argc, char** argv) {
         }
         plot_legend(&pl, names, colors, nruns);
         plot_close(svg);
-        printf("wrote %s (the curves lie on one another)\n", svg_path);
+        printf("wrote %s%s\n", svg_path, same_all ? " (the curves lie on one another)" : "");
     }
 #ifdef GPUMEM_CUDA
     mlp_cuda_done();
