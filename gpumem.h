@@ -698,14 +698,15 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
    blocks of each size up to 1 MiB, per stream, at most 2 MiB (and
    1/64 of the budget) in all. A gm_alloc of the same rounded size on the
    same stream takes one back, and gm_free of a block the thread was handed
-   puts it there, both without the context's lock. Any call that goes
-   through the lock gives the calling thread's blocks back first; blocks in
+   puts it there, both without the context's lock. An allocation of up to
+   1 MiB that goes through the lock (and gm_get_stats) gives the calling
+   thread's blocks back first; blocks in
    other threads' caches are given back when a request would otherwise fail
    and by gm_empty_cache, gm_check, gm_snapshot, gm_set_budget and
    gm_stream_destroy. Statistics count a cached block as freed: with one
    thread, allocations, active, allocated and requested bytes are what they
    would be without the caches, peaks included; with several allocating at
-   once a peak may be a little above the true one. A cached block is not
+   once a peak may be a little off the true one. A cached block is not
    counted as an inactive split until it is given back (gm_get_stats gives
    the calling thread's back). A block may be freed by any thread. */
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr);
@@ -4147,6 +4148,9 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
     return NULL;
 }
 
+static size_t gm__tc_steal(gm_context* ctx, int keep); /* >>tcache */
+static void gm__tc_fold(gm_context* ctx);
+
 /* A block's last use ended (its free, or its pending events): back to the
    free tree on its segment's stream. The quiet one leaves the statistics
    (a thread cache counted the free). */
@@ -4164,6 +4168,7 @@ static GM__HOT void gm__free_block_quiet(gm_context* ctx, gm__block* b) {
 
 static void gm__free_block(gm_context* ctx, gm__block* b) {
     int pl = (int)(b->seg->arena - ctx->pool);
+    gm__tc_fold(ctx); /* the peaks below see what the thread caches did */
     gm__stat_add(ctx->stats.active, gm__pool_stat(pl), -1);
     gm__stat_add(ctx->stats.active_bytes, gm__pool_stat(pl), -(int64_t)b->size);
     gm__free_block_quiet(ctx, b);
@@ -4174,7 +4179,7 @@ static void gm__pending_unlink(gm_context* ctx, gm__block* b) {
     else ctx->pending = b->r;
     if (b->r) b->r->l = b->l;
     b->l = b->r = NULL;
-    ctx->npending--;
+    __atomic_store_n(&ctx->npending, ctx->npending - 1, __ATOMIC_RELAXED); /* read by thread caches */
 }
 
 /* Pending blocks whose events all completed become free. */
@@ -4361,7 +4366,6 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 #define GM__A_EXACT 8u  /* a new segment of the request's own size (the tiered manager packing a batch) */
 #define GM__A_PACK 16u  /* the same where the usual segment would waste over 1/64 of the budget (the tiered manager) */
 #define GM__GROW_EXACT(flags) ((flags) & GM__A_EXACT ? 2 : (flags) & GM__A_PACK ? 1 : 0)
-static size_t gm__tc_steal(gm_context* ctx, int keep); /* >>tcache */
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
     gm__block* b;
@@ -4433,7 +4437,9 @@ fault:
    its address, counted in its pool. */
 static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, size_t size, gm_stream stream, int owner,
                                 uint32_t tag, void** out) {
-    int pl = (int)(b->seg->arena - ctx->pool), ps = gm__pool_stat(pl);
+    int pl, ps;
+    gm__tc_fold(ctx); /* the peaks below see what the thread caches did */
+    pl = (int)(b->seg->arena - ctx->pool), ps = gm__pool_stat(pl);
     gm__arena_take(&ctx->pool[pl], b, rsize, gm__min_rest(ctx, pl, rsize));
     if (!gm__map_put(&ctx->map, b->addr, b)) {
         if (b->seg->va) gm__va_unref(ctx, b->seg, b->addr, b->size, 0);
@@ -4550,8 +4556,10 @@ typedef struct gm__tcache {
 #ifdef GM__TSAN
 static int gm__fence_word;
 #define GM__FENCE() ((void)__atomic_fetch_add(&gm__fence_word, 0, __ATOMIC_SEQ_CST))
+#define GM__FENCE_REL() __atomic_signal_fence(__ATOMIC_SEQ_CST)
 #else
 #define GM__FENCE() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#define GM__FENCE_REL() __atomic_thread_fence(__ATOMIC_RELEASE) /* x86: no instruction */
 #endif
 #define GM__LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define GM__ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
@@ -4657,7 +4665,10 @@ static void gm__tc_init(void) {
    thread's own where membarrier is missing (then owners fence too). */
 static void gm__tc_barrier(void) {
 #if defined(__linux__) && defined(SYS_membarrier)
-    if (gm__tc_asym && syscall(SYS_membarrier, GM__MEMBARRIER_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+    if (gm__tc_asym) { /* registered: it does not fail, but owners rely on it, so it is never skipped */
+        while (syscall(SYS_membarrier, GM__MEMBARRIER_PRIVATE_EXPEDITED, 0, 0) != 0) sched_yield();
+        return;
+    }
 #endif
     GM__FENCE();
 }
@@ -4666,7 +4677,7 @@ static void gm__tc_barrier(void) {
 static GM__HOT int gm__tc_enter(gm__tcache* tc) {
     uint64_t s = GM__LD(tc->seq);
     GM__ST(tc->seq, s + 1);
-    if (gm__tc_asym) __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (gm__tc_asym) GM__FENCE_REL(); /* readers of the counters see seq odd before any of them changes */
     else GM__FENCE();
     if (GM__LIKELY(!__atomic_load_n(&tc->frozen, __ATOMIC_ACQUIRE))) return 1;
     __atomic_store_n(&tc->seq, s + 2, __ATOMIC_RELEASE);
@@ -4738,6 +4749,9 @@ static void gm__tc_fold_now(gm_context* ctx) {
         gm__tc_read(tc, c, hi, &seen);
         for (k = 0; k < 3; k++) {
             int64_t f = tc->folded[GM__TCN_A + k] - tc->folded[GM__TCN_F + k];
+            /* a mark of this interval only: a mark left from an earlier one was
+               folded then (exact with one thread; with several, a mark made
+               while this fold began may be missed) */
             up[k] += (seen == e && hi[k] > f ? hi[k] : f) - f;
         }
         for (k = 0; k < GM__TCN; k++) {
@@ -4755,7 +4769,7 @@ static void gm__tc_fold_now(gm_context* ctx) {
 /* A fold where a cache counted something since the last (the calls under
    the lock: their peaks see it). gm__tc_fold_now folds whatever the flag
    says, for readers of the statistics. */
-static GM__HOT void gm__tc_fold(gm_context* ctx) {
+static void gm__tc_fold(gm_context* ctx) {
     if (GM__LD(ctx->tc_dirty)) gm__tc_fold_now(ctx);
 }
 
@@ -4838,17 +4852,25 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
         gm__tc_leave(tc);
         return 2;
     }
+    /* LIVE -> FREE by compare-and-swap: a free of the same block racing on
+       another thread (through the lock) wins or loses as a whole, and the
+       loser reports the double free */
+    if (!__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED)) {
+        gm__tc_del(tc, e);
+        gm__tc_leave(tc);
+        return 0;
+    }
+    w = w - GM__TC_LIVE + GM__TC_FREE;
     if (!bin->n) {
         bin->size = size;
         bin->stream = e->stream;
     }
-    w = w - GM__TC_LIVE + GM__TC_FREE;
     bin->e[bin->n].b = b;
     bin->e[bin->n].w = w;
     bin->n++;
     tc->nbinned++;
     GM__ST(tc->cached, tc->cached + size);
-    GM__ST(b->tcw, w);
     gm__tc_del(tc, e);
     gm__tc_count(ctx, tc, 1, (int64_t)size, (int64_t)b->requested);
     gm__tc_leave(tc);
@@ -4924,9 +4946,13 @@ static size_t gm__tc_steal(gm_context* ctx, int keep) {
    it lies in a bin: freed already. */
 static int gm__tc_leave_block(gm__block* b) {
     uint64_t w = GM__LD(b->tcw);
-    if ((w & 3) == GM__TC_FREE) return 0;
-    if ((w & 3) == GM__TC_LIVE) GM__ST(b->tcw, gm__tc_next_gen(w, GM__TC_NONE));
-    return 1;
+    for (;;) { /* against its owner's free of it at the same moment (a double free): one wins */
+        if ((w & 3) == GM__TC_FREE) return 0;
+        if ((w & 3) != GM__TC_LIVE) return 1;
+        if (__atomic_compare_exchange_n(&b->tcw, &w, gm__tc_next_gen(w, GM__TC_NONE), 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return 1;
+    }
 }
 
 /* A block the lock hands to the calling thread enters its cache's table
@@ -5074,7 +5100,10 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
                 return NULL;
             }
         }
-        pthread_mutex_lock(&gm__tc_mu);
+        /* a try: this may run under another context's lock (a log callback
+           that allocates), and an exiting thread holds gm__tc_mu while it waits
+           for context locks; no cache this time is no harm */
+        if (pthread_mutex_trylock(&gm__tc_mu) != 0) return NULL;
         for (i = 0; i < GM__TC_SLOTS; i++) {
             if (t->tc[i] && !t->tc[i]->ctx) { /* its context is gone */
                 gm__tc_destroy(t->tc[i]);
@@ -5152,7 +5181,7 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
     gm__tc_fold(ctx); /* the peaks below see what the thread caches did */
-    if (tc && tc->nbinned) gm__tc_give_own(ctx, tc); /* a miss: best fit sees every free block of this thread */
+    if (tc && tc->nbinned && pl == 0) gm__tc_give_own(ctx, tc); /* a miss: best fit sees this thread's free blocks */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
@@ -5360,6 +5389,7 @@ static size_t gm__retag(gm_context* ctx, void* ptr, uint32_t tag, size_t request
     gm__block* b;
     size_t n = 0;
     pthread_mutex_lock(&ctx->mu);
+    gm__tc_fold(ctx);
     b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
     if (b && b->owner == GM__OWN_TENSOR) {
         n = b->size;
@@ -5406,7 +5436,9 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
     if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
-    if (ctx->tc_on && out && size && size <= GM__TC_MAX && !plan) { /* the thread's cache, without the lock */
+    if (ctx->tc_on && out && size && size <= GM__TC_MAX && !plan &&
+        !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED)) { /* the thread's cache, without the lock (pending
+                                                                 frees are retired under it first) */
         tc = gm__tc_get(ctx, 1);
         if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
     }
@@ -5500,7 +5532,7 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
         b->r = ctx->pending;
         if (ctx->pending) ctx->pending->l = b;
         ctx->pending = b;
-        ctx->npending++;
+        __atomic_store_n(&ctx->npending, ctx->npending + 1, __ATOMIC_RELAXED);
     } else {
         gm__free_block(ctx, b);
     }
@@ -5612,12 +5644,15 @@ static int gm__regrow_room(gm_context* ctx, size_t size, int wait) {
 
 GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes) {
     int64_t resv;
+    gm__tcache* tc;
     if (GM__BAD_CTX(ctx) || !bytes) return GM_ERR_INVALID_ARGUMENT;
     pthread_mutex_lock(&ctx->mu);
     ctx->budget = bytes < ctx->total ? bytes : ctx->total;
     ctx->desc.device_budget = ctx->budget;
     ctx->desc.device_budget_fraction = 0;
-    gm__tc_steal(ctx, 0);
+    gm__tc_steal(ctx, 1);
+    for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES;
+    gm__tc_thaw(ctx);
     gm__release(ctx, 0, (int64_t)ctx->budget);
     resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
     ctx->budget_slack = (uint64_t)resv > (uint64_t)ctx->budget ? (size_t)resv - ctx->budget : 0; /* reserved only falls */
@@ -7593,6 +7628,11 @@ typedef struct gm__phase {
     int next;               /* the phase whose step followed this one's last time (recognised), or -1 */
 } gm__phase;
 
+typedef struct gm__prio {
+    int prio;
+    uint32_t n;
+} gm__prio;
+
 typedef struct gm__tier {
     pthread_mutex_t mu;
     gm__tensor* t;
@@ -7600,6 +7640,8 @@ typedef struct gm__tier {
     uint32_t* freeidx;
     uint32_t nfree;
     uint32_t lru, lru_tail; /* index + 1 of the ends, 0: empty */
+    gm__prio* prios;        /* the priorities on the LRU list, ascending, with how many */
+    uint32_t nprios, capprios; /* tensors have each (none with 0) */
     gm__track* tk;          /* GM__TK_IN, GM__TK_OUT, then the streams tensors were released on */
     uint32_t ntk, captk, last_tk;
     void** evs;             /* recycled events of completed marks */
@@ -7813,11 +7855,46 @@ static int gm__leaves(const gm__tier* tm, uint32_t i);
 #define GM__LRU(tm, k) (&(tm)->t[(k) - 1])
 static uint32_t gm__lru_key(gm__tier* tm, gm__tensor* x) { return (uint32_t)(x - tm->t) + 1; }
 
+/* The count of listed tensors of priority p changes by d (a new level is
+   inserted in order; one that empties goes). */
+static void gm__prio_add(gm__tier* tm, int p, int d) {
+    uint32_t i;
+    for (i = 0; i < tm->nprios && tm->prios[i].prio < p; i++) {}
+    if (i < tm->nprios && tm->prios[i].prio == p) {
+        tm->prios[i].n = (uint32_t)((int64_t)tm->prios[i].n + d);
+        if (!tm->prios[i].n) {
+            memmove(tm->prios + i, tm->prios + i + 1, (tm->nprios - i - 1) * sizeof *tm->prios);
+            tm->nprios--;
+        }
+        return;
+    }
+    if (d <= 0) return;
+    if (tm->nprios == tm->capprios) {
+        uint32_t cap = tm->capprios ? tm->capprios * 2 : 4;
+        gm__prio* n = (gm__prio*)gm__grow_array(tm->prios, tm->capprios * sizeof *n, cap * sizeof *n);
+        if (!n) { /* no room to count it: the lowest level stands for it (victims scan on, never stop early) */
+            if (tm->nprios) tm->prios[0].prio = p < tm->prios[0].prio ? p : tm->prios[0].prio, tm->prios[0].n++;
+            return;
+        }
+        tm->prios = n;
+        tm->capprios = cap;
+    }
+    memmove(tm->prios + i + 1, tm->prios + i, (tm->nprios - i) * sizeof *tm->prios);
+    tm->prios[i].prio = p;
+    tm->prios[i].n = (uint32_t)d;
+    tm->nprios++;
+}
+
+static int gm__listed(const gm__tier* tm, const gm__tensor* x) {
+    return x->prev || tm->lru == (uint32_t)(x - tm->t) + 1;
+}
+
 static void gm__lru_del(gm__tier* tm, gm__tensor* x) {
     uint32_t k = gm__lru_key(tm, x);
     if (x->prev) GM__LRU(tm, x->prev)->next = x->next;
     else if (tm->lru == k) tm->lru = x->next;
     else return; /* not on the list */
+    gm__prio_add(tm, x->priority, -1);
     if (x->next) GM__LRU(tm, x->next)->prev = x->prev;
     else tm->lru_tail = x->prev;
     x->prev = x->next = 0;
@@ -7826,6 +7903,7 @@ static void gm__lru_del(gm__tier* tm, gm__tensor* x) {
 static void gm__lru_push(gm__tier* tm, gm__tensor* x) {
     uint32_t k = gm__lru_key(tm, x);
     gm__lru_del(tm, x);
+    gm__prio_add(tm, x->priority, 1);
     x->prev = tm->lru_tail;
     if (tm->lru_tail) GM__LRU(tm, tm->lru_tail)->next = k;
     else tm->lru = k;
@@ -8483,6 +8561,9 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
             best = x;
             best_next = nu;
         }
+        /* none later can beat the first of the lowest priority listed: by LRU the earlier wins a tie, and
+           by next use nothing is farther than never */
+        if (tm->nprios && x->priority == tm->prios[0].prio && (!GM__PLANNED(tm) || nu == GM__NEVER)) break;
     }
     if (tm->policy == GM_EVICT_CUSTOM && tm->vfn && n) {
         size_t c = tm->vfn(ctx, tm->cand, n, tm->vuser);
@@ -10032,6 +10113,10 @@ GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier ti
 
 GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor h, int priority, int pinned) {
     GM__TIER_ENTER(ctx, tm, x, h)
+    if (gm__listed(tm, x) && x->priority != priority) {
+        gm__prio_add(tm, x->priority, -1);
+        gm__prio_add(tm, priority, 1);
+    }
     x->priority = priority;
     x->pinned = pinned != 0;
     pthread_mutex_unlock(&tm->mu);
@@ -10151,6 +10236,30 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
     if (!i && last != tm->lru_tail)
         gm__broken(ck, "tier: the LRU list's tail names %u, the walk ends at %u (indices + 1; 0: none)", tm->lru_tail,
                    last);
+    { /* the priority levels count the listed tensors: one walk, each found by bisection */
+        uint32_t j, m, *have = tm->nprios ? (uint32_t*)gm__calloc(tm->nprios * sizeof *have) : NULL;
+        size_t total = 0, unknown = 0;
+        for (m = tm->lru; m && have && total + unknown <= tm->n; m = GM__LRU(tm, m)->next) {
+            int p = GM__LRU(tm, m)->priority;
+            uint32_t lo = 0, hi = tm->nprios;
+            while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (tm->prios[mid].prio < p) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo < tm->nprios && tm->prios[lo].prio == p) have[lo]++, total++;
+            else unknown++;
+        }
+        for (j = 0; j < tm->nprios && have; j++)
+            if (!tm->prios[j].n || have[j] != tm->prios[j].n || (j && tm->prios[j - 1].prio >= tm->prios[j].prio))
+                gm__broken(ck, "tier: priority %d counts %u listed tensors, %u are (level %u of %u)", tm->prios[j].prio,
+                           tm->prios[j].n, have[j], j, tm->nprios);
+        GPUMEM_FREE(have);
+        total = 0;
+        for (j = 0; j < tm->nprios; j++) total += tm->prios[j].n;
+        if (total != onlru || unknown)
+            gm__broken(ck, "tier: the priority levels count %zu listed tensors, %zu are on the LRU list", total, onlru);
+    }
     for (i = 0; i < tm->ntk; i++) {
         const gm__track* k = &tm->tk[i];
         if (k->n > k->cap || k->n > k->seq || (k->cap && k->head >= k->cap))
@@ -10341,6 +10450,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->tk);
     GPUMEM_FREE(tm->evs);
     GPUMEM_FREE(tm->cand);
+    GPUMEM_FREE(tm->prios);
     GPUMEM_FREE(tm->rank);
     GPUMEM_FREE(tm->batch);
     GPUMEM_FREE(tm->rec);

@@ -385,6 +385,107 @@ static void test_exit_and_shutdown(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Regression: the owner's free and another thread's free of the same block
+   at the same moment (a double free): exactly one succeeds, the other
+   reports the double free, and the block is never handed out twice. */
+static gm_context* rctx;
+static void* volatile rptr;
+static int rgo, rdone;
+static gm_result rres;
+static void* racer(void* a) {
+    (void)a;
+    for (;;) {
+        int g;
+        while (!(g = __atomic_load_n(&rgo, __ATOMIC_ACQUIRE))) {}
+        if (g < 0) return NULL;
+        rres = gm_free(rctx, rptr);
+        __atomic_store_n(&rgo, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&rdone, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static void test_double_free_race(void) {
+    pthread_t th;
+    int i, both = 0, neither = 0;
+    void *x, *y;
+    rctx = make(1, 0);
+    pthread_create(&th, NULL, racer, NULL);
+    for (i = 0; i < 200000 && !both && !neither; i++) {
+        void* p;
+        gm_result ra;
+        if (gm_alloc(rctx, &p, 4096, NULL) != GM_OK) break;
+        rptr = p;
+        __atomic_store_n(&rdone, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&rgo, 1, __ATOMIC_RELEASE);
+        ra = gm_free(rctx, p);
+        while (!__atomic_load_n(&rdone, __ATOMIC_ACQUIRE)) {}
+        both += ra == GM_OK && rres == GM_OK;
+        neither += ra != GM_OK && rres != GM_OK;
+    }
+    __atomic_store_n(&rgo, -1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    T_EQ(i, 200000);
+    T_EQ(both, 0);
+    T_EQ(neither, 0);
+    T_OK(gm_alloc(rctx, &x, 4096, NULL));
+    T_OK(gm_alloc(rctx, &y, 4096, NULL));
+    T_CHECK(x != y);
+    T_OK(gm_free(rctx, x));
+    T_OK(gm_free(rctx, y));
+    T_EQ(gm_check(rctx), 0);
+    T_OK(gm_shutdown(rctx));
+}
+
+/* Regression: statistics changed under the lock by the tiered manager and
+   by retired pending frees see what the thread cache did before them. */
+static void stats_of(int tcache, gm_stats* tier_st, gm_stats* pend_st) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor a, t;
+    gm_stream s2;
+    void *p, *q, *r1, *r2;
+    d.thread_cache = tcache ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+    d.device_budget = 64 * MiB;
+    d.host_budget = 256 * MiB;
+    ctx = t_setup(d);
+    T_OK(gm_tensor_create(ctx, &a, 4 * MiB));
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_reset_peak_stats(ctx));
+    T_OK(gm_alloc(ctx, &p, MiB, NULL));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_alloc(ctx, &p, MiB, NULL)); /* with caches: through the cache, not yet folded */
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_tensor_create(ctx, &t, 4 * MiB));
+    T_OK(gm_get_stats(ctx, tier_st));
+    T_OK(gm_tensor_destroy(ctx, t));
+    T_OK(gm_stream_create(ctx, &s2));
+    T_OK(gm_alloc(ctx, &p, 4096, NULL));
+    T_OK(gm_alloc(ctx, &q, 4096, NULL));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_free(ctx, q));
+    T_OK(gm_reset_peak_stats(ctx));
+    T_OK(gm_alloc(ctx, &r1, 4096, NULL));
+    T_OK(gm_record_stream(ctx, r1, s2));
+    T_OK(gm_free(ctx, r1)); /* pending on s2 */
+    T_OK(gm_alloc(ctx, &r2, 4096, NULL));
+    T_OK(gm_get_stats(ctx, pend_st));
+    T_OK(gm_free(ctx, r2));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, s2));
+    T_OK(gm_shutdown(ctx));
+}
+
+static void test_locked_changes_fold(void) {
+    gm_stats a, b, c, d;
+    stats_of(0, &a, &b);
+    stats_of(1, &c, &d);
+    T_EQ(c.allocated_bytes[0].peak, a.allocated_bytes[0].peak);
+    T_EQ(c.allocation[0].peak, a.allocation[0].peak);
+    T_EQ(d.active[0].current, b.active[0].current);
+    T_EQ(d.active[0].peak, b.active[0].peak);
+    T_EQ(d.active_bytes[0].peak, b.active_bytes[0].peak);
+}
+
 int main(void) {
     test_reuse();
     test_peak();
@@ -393,5 +494,7 @@ int main(void) {
     test_cross_thread();
     test_idle_steal();
     test_exit_and_shutdown();
+    test_double_free_race();
+    test_locked_changes_fold();
     return t_done();
 }
