@@ -193,6 +193,10 @@ $(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
 
+$(B)/bench-tier-scale: bench/tier_scale.c bench/bench.h examples/plot.h gpumem.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+
 $(B)/bench-spill: bench/spill.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -I. $< -o $@ $(LDLIBS)
@@ -211,7 +215,7 @@ $(B)/bench-spill-vs-oom: bench/spill_vs_oom.c examples/spill_workload.h examples
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
-bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom $(B)/bench-plan
+bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom $(B)/bench-plan $(B)/bench-tier-scale
 	$(B)/bench-alloc-cuda $(B)/bench-alloc.csv
 	$(B)/bench-replay ../shared/traces $(B)/bench-replay.csv
 	$(B)/bench-spill $(B)/bench-spill.csv $(SPILL_DIR)
@@ -219,6 +223,7 @@ bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
 	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)
 	$(B)/bench-plan $(B)/bench-plan.csv
 	$(B)/gm-replay --plan --csv $(B)/bench-plan-traces.csv ../shared/traces/minimalloc/*.csv ../shared/traces/pytorch/*.csv
+	$(B)/bench-tier-scale $(B)/bench-tier-scale.csv $(B)/bench-tier-scale.svg
 
 bench-spill-vs-oom: $(B)/bench-spill-vs-oom
 	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)

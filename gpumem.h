@@ -4365,6 +4365,7 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 #define GM__A_TRY 4u    /* the first rung only, quietly: the tiered manager evicts in stream order and asks again */
 #define GM__A_EXACT 8u  /* a new segment of the request's own size (the tiered manager packing a batch) */
 #define GM__A_PACK 16u  /* the same where the usual segment would waste over 1/64 of the budget (the tiered manager) */
+#define GM__A_FIT 32u   /* a free block of exactly the rounded size, or nothing (no split, no rung) */
 #define GM__GROW_EXACT(flags) ((flags) & GM__A_EXACT ? 2 : (flags) & GM__A_PACK ? 1 : 0)
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
@@ -5184,8 +5185,10 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     if (tc && tc->nbinned && pl == 0) gm__tc_give_own(ctx, tc); /* a miss: best fit sees this thread's free blocks */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
+    if ((flags & GM__A_FIT) && b && (b->size != rsize || b->seg->va)) b = NULL;
     if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
-    if (!b) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
+    if (!b && !(flags & GM__A_FIT)) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
+    else if (!b) r = GM_ERR_OUT_OF_MEMORY;
     ctx->nosync = ctx->grow_exact = 0;
     if (b) r = gm__alloc_take(ctx, b, rsize, size, stream, owner, tag, out);
     if (b && r == GM_OK && tc) gm__tc_adopt(ctx, tc, b, rsize, stream);
@@ -8957,6 +8960,10 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
     unsigned grow = tm->exact ? GM__A_EXACT : GM__A_PACK; /* new segments sized for the budget */
     tm->try_evicted = 0; /* for the out-of-memory line */
     for (;;) {
+        /* a free block of exactly its size: no place packs better, and it is
+           found without weighing every place (the cost of a miss stays
+           independent of how many tensors there are) */
+        if (gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_FIT, GM__OWN_TENSOR, id) == GM_OK) return GM_OK;
         if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | grow, GM__OWN_TENSOR, id); /* a new segment */
         if (r != GM_ERR_OUT_OF_MEMORY) break;

@@ -1,0 +1,262 @@
+/* bench/tier_scale: what the tiered manager costs as the number of tensors
+   grows. 4 KiB tensors on sim; the device budget holds half of them, and
+   the tensors are acquired and released in a cycle, so every acquire
+   evicts one tensor and brings one in (LRU's worst case, and learned
+   order's after its first step). For 10^3 .. 10^6 tensors, LRU and learned
+   order, one thread and two (each on its own half of the tensors and its
+   own stream, started together): ns per acquire + release, the best of
+   three passes of up to OPS pairs each (a pass that runs past TIME_LIMIT
+   seconds ends early and says so); with two threads, the wall time of a
+   pass over the pairs of one thread, so that two threads doing twice the
+   work in the same time show the same figure as one. Then the same with everything fitting (hits only), the
+   manager's host memory per tensor, and what one 4 KiB copy costs on sim
+   beyond its modelled link time (none: the link is unlimited here).
+   Prints a table; writes CSV (first argument, default
+   build/bench-tier-scale.csv) and an SVG (second, default
+   build/bench-tier-scale.svg): log10 ns per pair against log10 tensors.
+   `build/bench-tier-scale MAXN` (third argument) stops at MAXN tensors. */
+#define GPUMEM_IMPLEMENTATION
+#include "../gpumem.h"
+#include "../examples/plot.h"
+#include "bench.h"
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TSIZE 4096
+#define OPS 20000
+#define TIME_LIMIT 20.0 /* seconds per pass */
+
+static pthread_barrier_t start;
+
+typedef struct cfg {
+    gm_context* ctx;
+    int threads;
+    gm_tensor* t;
+    size_t first, n;  /* this thread's tensors */
+    gm_stream s;
+    size_t ops;
+    double ns;        /* per pair, best pass */
+    int err, partial;
+} cfg;
+
+/* One pass: ops pairs over this thread's tensors in a cycle. */
+static double pass(cfg* c, size_t* done) {
+    double t0 = bench_now_ns(), limit = t0 + TIME_LIMIT * 1e9;
+    size_t i;
+    for (i = 0; i < c->ops; i++) {
+        void* p;
+        gm_tensor x = c->t[c->first + i % c->n];
+        if (gm_tensor_acquire(c->ctx, x, c->s, &p) != GM_OK || gm_tensor_release(c->ctx, x, c->s, 1) != GM_OK) {
+            c->err = 1;
+            break;
+        }
+        if ((i & 255) == 255 && bench_now_ns() > limit) {
+            i++;
+            c->partial = 1;
+            break;
+        }
+    }
+    *done = i;
+    return i ? (bench_now_ns() - t0) / (double)i : -1;
+}
+
+static void* worker(void* a) {
+    cfg* c = (cfg*)a;
+    int k;
+    c->ns = -1;
+    for (k = 0; k < 3; k++) {
+        size_t done;
+        double ns;
+        if (c->threads > 1) pthread_barrier_wait(&start); /* the passes run side by side */
+        if (c->err) continue;
+        ns = pass(c, &done);
+        if (ns > 0 && (c->ns < 0 || ns < c->ns)) c->ns = ns;
+        if (c->partial && c->threads == 1) break; /* one pass is enough when it is this slow */
+    }
+    return NULL;
+}
+
+/* Host bytes in use by malloc (glibc). */
+static size_t heap_used(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+#else
+    return 0;
+#endif
+}
+
+/* One configuration: ns per pair (the slower thread's), -1 on failure. */
+static double run(size_t n, int learned, int threads, int fits, int* partial, double* meta_per_tensor) {
+    gm_desc d;
+    gm_context* ctx;
+    cfg c[2];
+    pthread_t th[2];
+    size_t i, before;
+    double worst = -1;
+    int k;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    d.device_budget = fits ? n * TSIZE * 2 + (64u << 20) : (n * TSIZE / 2 + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    d.host_budget = n * TSIZE + (64u << 20);
+    d.sim.capacity = (size_t)64 << 30;
+    if (gm_setup(&ctx, &d) != GM_OK) return -1;
+    if (learned) gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 4, NULL, NULL);
+    before = heap_used();
+    gm_tensor* t = (gm_tensor*)calloc(n, sizeof *t);
+    if (!t) return -1;
+    for (i = 0; i < n; i++)
+        if (gm_tensor_create(ctx, &t[i], TSIZE) != GM_OK) {
+            gm_shutdown(ctx);
+            free(t);
+            return -1;
+        }
+    if (meta_per_tensor) *meta_per_tensor = before ? (double)(heap_used() - before) / (double)n : -1;
+    *partial = 0;
+    for (k = 0; k < threads; k++) {
+        memset(&c[k], 0, sizeof c[k]);
+        c[k].ctx = ctx;
+        c[k].threads = threads;
+        c[k].t = t;
+        c[k].n = n / (size_t)threads;
+        c[k].first = (size_t)k * c[k].n;
+        c[k].ops = c[k].n < OPS ? OPS : c[k].n; /* at least one whole cycle */
+        if (c[k].ops > OPS * 5) c[k].ops = OPS * 5;
+        if (gm_stream_create(ctx, &c[k].s) != GM_OK) c[k].err = 1;
+    }
+    for (k = 0; k < threads; k++) { /* a first cycle to learn the step from (and to place every tensor) */
+        size_t j;
+        for (j = 0; j < c[k].n && !c[k].err; j++) {
+            void* p;
+            gm_tensor x = t[c[k].first + j];
+            if (gm_tensor_acquire(ctx, x, c[k].s, &p) != GM_OK || gm_tensor_release(ctx, x, c[k].s, 1) != GM_OK)
+                c[k].err = 1;
+        }
+    }
+    if (learned) gm_tier_step(ctx);
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    for (k = 0; k < threads; k++) pthread_create(&th[k], NULL, worker, &c[k]);
+    for (k = 0; k < threads; k++) pthread_join(th[k], NULL);
+    pthread_barrier_destroy(&start);
+    for (k = 0; k < threads; k++) {
+        if (c[k].err || c[k].ns < 0) worst = -2;
+        if (worst > -2 && c[k].ns > worst) worst = c[k].ns;
+        *partial |= c[k].partial;
+        gm_stream_destroy(ctx, c[k].s);
+    }
+    if (gm_check(ctx) != 0) worst = -2;
+    for (i = 0; i < n; i++) gm_tensor_destroy(ctx, t[i]);
+    free(t);
+    gm_shutdown(ctx);
+    return worst < 0 ? -1 : worst;
+}
+
+/* A 4 KiB copy and an event wait on sim, minus the modelled link time (0
+   with the link unlimited): the simulator's own overhead per transfer. */
+static double copy_overhead(void) {
+    gm_desc d;
+    gm_context* ctx;
+    gm_stream s;
+    void *dev, *host;
+    double t[201];
+    int i;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    if (gm_setup(&ctx, &d) != GM_OK) return -1;
+    host = calloc(1, TSIZE);
+    if (!host || gm_stream_create(ctx, &s) != GM_OK || gm_alloc(ctx, &dev, TSIZE, s) != GM_OK) {
+        free(host);
+        gm_shutdown(ctx);
+        return -1;
+    }
+    for (i = 0; i < 201; i++) {
+        double t0 = bench_now_ns();
+        gm_memcpy_async(ctx, dev, host, TSIZE, GM_COPY_HOST_TO_DEVICE, s);
+        gm_stream_synchronize(ctx, s);
+        t[i] = bench_now_ns() - t0;
+    }
+    gm_free(ctx, dev);
+    free(host);
+    gm_stream_destroy(ctx, s);
+    gm_shutdown(ctx);
+    return bench_median(t, 201);
+}
+
+int main(int argc, char** argv) {
+    const char* csv_path = argc > 1 ? argv[1] : "build/bench-tier-scale.csv";
+    const char* svg_path = argc > 2 ? argv[2] : "build/bench-tier-scale.svg";
+    size_t maxn = argc > 3 ? (size_t)atoll(argv[3]) : 1000000;
+    static const size_t ns_[] = {1000, 4000, 16000, 64000, 256000, 1000000};
+    enum { NN = sizeof ns_ / sizeof ns_[0] };
+    double miss[2][2][NN], hit[NN], meta[NN];
+    int part[2][2][NN];
+    size_t j, nn = 0;
+    int p, th;
+    FILE* csv;
+    double co = copy_overhead();
+    printf("tier_scale: 4 KiB tensors on sim, half of them fit on the device; ns per acquire + release\n");
+    printf("sim: one 4 KiB copy and its wait cost %.1f us beyond the modelled link time (median of 201)\n", co / 1e3);
+    printf("%10s %12s %12s %12s %12s %12s %14s\n", "tensors", "LRU", "LRU 2 thr", "learned", "learned 2 thr",
+           "hits only", "host B/tensor");
+    csv = fopen(csv_path, "w");
+    if (csv)
+        fprintf(csv, "tensors,lru_ns,lru_2threads_ns,learned_ns,learned_2threads_ns,hits_ns,host_bytes_per_tensor,"
+                     "partial,copy_overhead_ns\n");
+    for (j = 0; j < NN && ns_[j] <= maxn; j++, nn++) {
+        int partial = 0;
+        char cell[4][32];
+        for (p = 0; p < 2; p++)
+            for (th = 1; th <= 2; th++) {
+                miss[p][th - 1][j] = run(ns_[j], p, th, 0, &part[p][th - 1][j], NULL);
+                partial |= part[p][th - 1][j];
+            }
+        hit[j] = run(ns_[j], 0, 1, 1, &p, &meta[j]);
+        for (p = 0; p < 4; p++) bench_cell(cell[p], sizeof cell[p], "%.0f", miss[p / 2][p % 2][j]);
+        printf("%10zu %12s %12s %12s %12s %12.0f %14.0f%s\n", ns_[j], cell[0], cell[1], cell[2], cell[3], hit[j],
+               meta[j], partial ? "  (a pass stopped at the time limit)" : "");
+        fflush(stdout);
+        if (csv)
+            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f\n", ns_[j], miss[0][0][j], miss[0][1][j],
+                    miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co);
+    }
+    if (csv) fclose(csv);
+    {
+        FILE* svg = plot_open(svg_path, 760, 420);
+        if (svg && nn) {
+            double xs[NN], ys[NN], ymax = 3, ymin = 1e9;
+            const char* names[5] = {"LRU", "LRU, 2 threads", "learned", "learned, 2 threads", "hits only"};
+            const char* colors[5];
+            plot pl;
+            int s;
+            for (j = 0; j < nn; j++)
+                for (s = 0; s < 5; s++) {
+                    double v = s < 4 ? miss[s / 2][s % 2][j] : hit[j];
+                    if (v > 0 && log10(v) > ymax) ymax = log10(v);
+                    if (v > 0 && log10(v) < ymin) ymin = log10(v);
+                }
+            pl = plot_panel(svg, 70, 40, 620, 320, 3, 6, floor(ymin), ceil(ymax),
+                            "tiered manager: ns per acquire + release (log10) against tensors (log10)", "log10 tensors",
+                            "log10 ns");
+            for (s = 0; s < 5; s++) {
+                size_t m = 0;
+                for (j = 0; j < nn; j++) {
+                    double v = s < 4 ? miss[s / 2][s % 2][j] : hit[j];
+                    if (v <= 0) continue;
+                    xs[m] = log10((double)ns_[j]);
+                    ys[m++] = log10(v);
+                }
+                colors[s] = plot_colors[s];
+                plot_line(&pl, xs, ys, (int)m, colors[s], 0);
+            }
+            plot_legend(&pl, names, colors, 5);
+        }
+        plot_close(svg);
+    }
+    printf("wrote %s and %s\n", csv_path, svg_path);
+    return 0;
+}
