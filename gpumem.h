@@ -4843,24 +4843,24 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
         gm__tc_leave(tc);
         return 0;
     }
-    size = b->size;
-    bin = &tc->bins[gm__tc_bin(size, e->stream)];
-    if (bin->n && (bin->size != size || bin->stream != e->stream)) { /* its bin serves another: through the lock */
-        gm__tc_leave(tc);
-        return 0;
-    }
-    if (bin->n == GM__TC_DEPTH || tc->cached + size > tc->cap) {
-        gm__tc_leave(tc);
-        return 2;
-    }
-    /* LIVE -> FREE by compare-and-swap: a free of the same block racing on
-       another thread (through the lock) wins or loses as a whole, and the
-       loser reports the double free */
+    /* LIVE -> FREE by compare-and-swap, first: a free of the same block
+       racing on another thread (through the lock) wins or loses as a whole,
+       and the loser reports the double free; until then nothing else of the
+       block is read */
     if (!__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_RELAXED)) {
         gm__tc_del(tc, e);
         gm__tc_leave(tc);
         return 0;
+    }
+    size = b->size;
+    bin = &tc->bins[gm__tc_bin(size, e->stream)];
+    if ((bin->n && (bin->size != size || bin->stream != e->stream)) || bin->n == GM__TC_DEPTH ||
+        tc->cached + size > tc->cap) { /* no room here: it stays handed out, for the lock or a batch */
+        int full = !(bin->n && (bin->size != size || bin->stream != e->stream));
+        GM__ST(b->tcw, w);
+        gm__tc_leave(tc);
+        return full ? 2 : 0;
     }
     w = w - GM__TC_LIVE + GM__TC_FREE;
     if (!bin->n) {
