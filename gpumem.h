@@ -4149,7 +4149,15 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
 }
 
 static size_t gm__tc_steal(gm_context* ctx, int keep); /* >>tcache */
-static void gm__tc_fold(gm_context* ctx);
+static void gm__tc_fold_now(gm_context* ctx);
+/* A fold where a cache counted something since the last (the calls under
+   the lock: their peaks see it); gm__tc_fold_now folds whatever the flag
+   says, for readers of the statistics. A macro: the test stays inline on
+   the lock's path. */
+#define gm__tc_fold(ctx)                                                       \
+    do {                                                                       \
+        if (__atomic_load_n(&(ctx)->tc_dirty, __ATOMIC_RELAXED)) gm__tc_fold_now(ctx); \
+    } while (0)
 
 /* A block's last use ended (its free, or its pending events): back to the
    free tree on its segment's stream. The quiet one leaves the statistics
@@ -4765,13 +4773,6 @@ static void gm__tc_fold_now(gm_context* ctx) {
     gm__tc_apply(ctx->stats.allocated_bytes, up[1], add[GM__TCN_A + 1], add[GM__TCN_F + 1]);
     gm__tc_apply(ctx->stats.active_bytes, up[1], add[GM__TCN_A + 1], add[GM__TCN_F + 1]);
     gm__tc_apply(ctx->stats.requested_bytes, up[2], add[GM__TCN_A + 2], add[GM__TCN_F + 2]);
-}
-
-/* A fold where a cache counted something since the last (the calls under
-   the lock: their peaks see it). gm__tc_fold_now folds whatever the flag
-   says, for readers of the statistics. */
-static void gm__tc_fold(gm_context* ctx) {
-    if (GM__LD(ctx->tc_dirty)) gm__tc_fold_now(ctx);
 }
 
 /* The owner counts a fast allocation or free. */
