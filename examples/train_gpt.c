@@ -4,6 +4,9 @@
    written with access modes and batches.
 
    usage: train_gpt [FRACTION ...]   (default 0.5 0.25)
+   Each FRACTION is a budget, as a fraction of the reference run's peak
+   tensor bytes on the device. A budget below the tensors one layer needs
+   at once cannot run: the program says so in one line and exits 1.
 
    The model: token and position embeddings, NL blocks (layernorm, causal
    multi-head attention with one fused q/k/v projection, output projection,
@@ -142,6 +145,7 @@ typedef struct run {
     gm_tier_stats t0; /* at the first step */
     gm_result err;
     char what[96];
+    size_t ws;             /* the most bytes one acquire_many took (the working set) */
 } run;
 
 static void fail(run* r, gm_result e, const char* what) {
@@ -257,9 +261,14 @@ static int acquire(run* r, batch* b) {
         b->n = 0; /* none is acquired */
         return 0;
     }
-    for (k = 0; k < b->n; k++) {
-        if (b->f[k]) *b->f[k] = (float*)b->u[k].ptr;
-        else *b->i[k] = (int32_t*)b->u[k].ptr;
+    {
+        size_t bytes = 0;
+        for (k = 0; k < b->n; k++) {
+            if (b->f[k]) *b->f[k] = (float*)b->u[k].ptr;
+            else *b->i[k] = (int32_t*)b->u[k].ptr;
+            bytes += gm_tensor_size(r->ctx, b->u[k].tensor);
+        }
+        if (bytes > r->ws) r->ws = bytes;
     }
     return 1;
 }
@@ -632,7 +641,8 @@ static void evaluate(run* r, int k) {
 }
 
 typedef struct outcome {
-    int ok;
+    int ok, oom;           /* oom: the budget could not hold a layer's working set */
+    size_t ws;
     double median_ms;
     double moved_per_step; /* bytes over the training loop, evaluation included, per training step */
     double to_dev, to_host, disk;
@@ -694,7 +704,9 @@ static outcome finish(run* r) {
     memset(&o, 0, sizeof o);
     if (!r->ctx) return o;
     o.ok = !r->err;
-    if (r->err) fprintf(stderr, "train_gpt: %s failed: %s\n", r->what, gm_result_string(r->err));
+    o.oom = r->err == GM_ERR_OUT_OF_MEMORY;
+    o.ws = r->ws;
+    if (r->err && !o.oom) fprintf(stderr, "train_gpt: %s failed: %s\n", r->what, gm_result_string(r->err));
     gm_device_synchronize(r->ctx);
     gm_tier_get_stats(r->ctx, &t1);
     o.to_dev = (double)(t1.bytes_to_device - r->t0.bytes_to_device) / STEPS;
@@ -762,6 +774,17 @@ int main(int argc, char** argv) {
     for (k = 0; k < STEPS; k++)
         for (i = 1; i < nruns; i++) step(&runs[i], k);
     for (i = 1; i < nruns; i++) out[i] = finish(&runs[i]);
+    for (i = 1; i < nruns; i++) { /* a budget too small for a layer: one line, and no tables */
+        double f = frac[(i - 1) / NSTYLES];
+        if (!out[i].ok && out[i].oom) {
+            printf("train_gpt: a budget of %.1f MiB (%.0f%% of the reference's peak) is below the working set one "
+                   "layer needs (%.1f MiB, %.0f%%): stopping\n",
+                   f * (double)out[0].peak_dev / MiB, 100 * f, (double)out[0].ws / MiB,
+                   100.0 * (double)out[0].ws / (double)out[0].peak_dev);
+            return 1;
+        }
+        if (!out[i].ok) return 1;
+    }
     printf("\nloss by step (training; evaluation on the held-out batch after every %d):\n", EVAL_EVERY);
     for (k = 0; k < STEPS; k++) {
         printf("  step %2d  %.6f", k + 1, (double)runs[0].losses[k]);
