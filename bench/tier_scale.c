@@ -4,7 +4,9 @@
    evicts one tensor and brings one in (LRU's worst case, and learned
    order's after its first step). For 10^3 .. 10^6 tensors, LRU and learned
    order, one thread and two (each on its own half of the tensors and its
-   own stream, started together): ns per acquire + release, the best of
+   own stream, started together, with half as much device room, so that
+   neither thread hits even when the other is idle): ns per acquire +
+   release, the best of
    three passes of up to OPS pairs each (a pass that runs past TIME_LIMIT
    seconds ends early and says so); with two threads, the wall time of a
    pass over the pairs of one thread, so that two threads doing twice the
@@ -101,7 +103,9 @@ static double run(size_t n, int learned, int threads, int fits, int* partial, do
     memset(&d, 0, sizeof d);
     d.backend = GM_BACKEND_SIM;
     d.ignore_env = 1;
-    d.device_budget = fits ? n * TSIZE * 2 + (64u << 20) : (n * TSIZE / 2 + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    /* half of what the threads cycle over fits: with two, half of one
+       thread's half, so that neither thread ever hits, together or alone */
+    d.device_budget = fits ? n * TSIZE * 2 + (64u << 20) : n * TSIZE / (size_t)(2 * threads);
     d.host_budget = n * TSIZE + (64u << 20);
     d.sim.capacity = (size_t)64 << 30;
     if (gm_setup(&ctx, &d) != GM_OK) return -1;
