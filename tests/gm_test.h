@@ -113,13 +113,28 @@ static inline gm_desc t_desc(void) {
     return d;
 }
 
-/* xorshift64* for reproducible random walks */
+/* xorshift64* for reproducible random walks: t_rand on one shared state,
+   t_rand_r on the caller's (one per thread) */
+static inline unsigned long long t_rand_r(unsigned long long* s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
 static unsigned long long t_rng_state = 88172645463325252ull;
-static inline unsigned long long t_rand(void) {
-    t_rng_state ^= t_rng_state >> 12;
-    t_rng_state ^= t_rng_state << 25;
-    t_rng_state ^= t_rng_state >> 27;
-    return t_rng_state * 2685821657736338717ull;
+static inline unsigned long long t_rand(void) { return t_rand_r(&t_rng_state); }
+
+/* A block's first bytes carry a tag (sim: device memory is host memory),
+   so a block handed out twice shows as a tag overwritten. */
+static inline void t_tag_put(void* p, size_t n, unsigned long long tag) {
+    if (t_sim) memcpy(p, &tag, n < 8 ? n : 8);
+}
+static inline int t_tag_ok(const void* p, size_t n, unsigned long long tag) {
+    unsigned long long got = 0, want = 0;
+    if (!t_sim) return 1;
+    memcpy(&got, p, n < 8 ? n : 8);
+    memcpy(&want, &tag, n < 8 ? n : 8);
+    return got == want;
 }
 #endif
 

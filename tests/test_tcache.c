@@ -17,12 +17,6 @@ static gm_context* make(int tcache, size_t budget) {
     return t_setup(d);
 }
 
-static unsigned long long rng(unsigned long long* s) {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
 
 /* Same-size pairs reuse the block: the thread cache serves them. */
 static void test_reuse(void) {
@@ -78,7 +72,7 @@ static void test_stats_match(void) {
     unsigned long long s = 0x1234567ull;
     static const size_t sizes[] = {512, 700, 4096, 4000, 65536, 3 * KiB, 2900, 3 * MiB};
     for (step = 0; step < 20000 && !bad; step++) {
-        unsigned long long r = rng(&s);
+        unsigned long long r = t_rand_r(&s);
         gm_stats x, y;
         if (n < 64 && (r % 5) < 3) {
             size_t size = sizes[(r >> 8) % 8];
@@ -181,17 +175,6 @@ static void xbad(void) {
     pthread_mutex_unlock(&xmu);
 }
 
-static void tag_put(void* p, size_t n, unsigned long long t) {
-    if (t_sim) memcpy(p, &t, n < 8 ? n : 8);
-}
-static int tag_ok(void* p, size_t n, unsigned long long t) {
-    unsigned long long got = 0, want = 0;
-    if (!t_sim) return 1;
-    memcpy(&got, p, n < 8 ? n : 8);
-    memcpy(&want, &t, n < 8 ? n : 8);
-    return got == want;
-}
-
 static void* xworker(void* arg) {
     unsigned long long s = 0x9E3779B97F4A7C15ull * (unsigned long long)(intptr_t)arg + 1;
     void* p[32];
@@ -199,7 +182,7 @@ static void* xworker(void* arg) {
     unsigned long long tg[32];
     int n = 0, i;
     for (i = 0; i < XOPS; i++) {
-        unsigned long long r = rng(&s);
+        unsigned long long r = t_rand_r(&s);
         if (n < 32 && (r % 3)) {
             size_t size = (size_t)512 << ((r >> 8) % 6); /* 512 B .. 16 KiB: the caches' sizes */
             if (gm_alloc(xctx, &p[n], size, NULL) != GM_OK) {
@@ -208,11 +191,11 @@ static void* xworker(void* arg) {
             }
             sz[n] = size;
             tg[n] = r | 1;
-            tag_put(p[n], size, tg[n]);
+            t_tag_put(p[n], size, tg[n]);
             n++;
         } else if (n) {
             int k = (int)((r >> 8) % (unsigned)n);
-            if (!tag_ok(p[k], sz[k], tg[k])) xbad();
+            if (!t_tag_ok(p[k], sz[k], tg[k])) xbad();
             if ((r >> 16) % 4 == 0) { /* another thread frees it */
                 pthread_mutex_lock(&box.mu);
                 if (box.n < 1024) {
@@ -242,12 +225,12 @@ static void* xworker(void* arg) {
                 qs = box.size[box.n];
             }
             pthread_mutex_unlock(&box.mu);
-            if (q && !tag_ok(q, qs, t)) xbad();
+            if (q && !t_tag_ok(q, qs, t)) xbad();
             if (q && gm_free(xctx, q) != GM_OK) xbad();
         }
     }
     while (n--) {
-        if (!tag_ok(p[n], sz[n], tg[n])) xbad();
+        if (!t_tag_ok(p[n], sz[n], tg[n])) xbad();
         if (gm_free(xctx, p[n]) != GM_OK) xbad();
     }
     return NULL;
@@ -284,7 +267,7 @@ static void test_cross_thread(void) {
     T_CHECK((intptr_t)ret > 0);
     while (box.n) { /* the main thread frees what is left: blocks of threads that have exited */
         box.n--;
-        T_CHECK(tag_ok(box.p[box.n], box.size[box.n], box.tag[box.n]));
+        T_CHECK(t_tag_ok(box.p[box.n], box.size[box.n], box.tag[box.n]));
         T_OK(gm_free(xctx, box.p[box.n]));
     }
     T_EQ(xerr, 0);

@@ -30,28 +30,11 @@ static void count_error(int* e) {
     pthread_mutex_unlock(&err_mu);
 }
 
-static void put_tag(void* p, size_t n, unsigned long long tag) {
-    if (t_sim) memcpy(p, &tag, n < 8 ? n : 8);
-}
-static int tag_ok(void* p, size_t n, unsigned long long tag) {
-    unsigned long long got = 0, want = 0;
-    if (!t_sim) return 1;
-    memcpy(&got, p, n < 8 ? n : 8);
-    memcpy(&want, &tag, n < 8 ? n : 8);
-    return got == want;
-}
-
 typedef struct worker_arg {
     int id;
     unsigned long long rng;
 } worker_arg;
 
-static unsigned long long next(unsigned long long* s) {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
 
 static void* worker(void* argp) {
     worker_arg* a = (worker_arg*)argp;
@@ -62,7 +45,7 @@ static void* worker(void* argp) {
     int n = 0, i;
     if (gm_stream_create(ctx, &own) != GM_OK) count_error(&errors);
     for (i = 0; i < OPS; i++) {
-        unsigned long long r = next(&a->rng);
+        unsigned long long r = t_rand_r(&a->rng);
         if (n < HOLD && (r % 3) != 0) {
             size_t size = (r >> 8) % 100 < 90 ? 1 + (size_t)((r >> 16) % (256 * 1024)) : MiB + (size_t)((r >> 16) % (8 * MiB));
             gm_stream s = (r >> 40) & 1 ? own : NULL;
@@ -75,11 +58,11 @@ static void* worker(void* argp) {
             p[n] = q;
             sz[n] = size;
             tg[n] = (r << 8) | (unsigned)a->id;
-            put_tag(q, size, tg[n]);
+            t_tag_put(q, size, tg[n]);
             n++;
         } else if (n) {
             int k = (int)((r >> 8) % (unsigned)n);
-            if (!tag_ok(p[k], sz[k], tg[k])) count_error(&tag_errors);
+            if (!t_tag_ok(p[k], sz[k], tg[k])) count_error(&tag_errors);
             if ((r >> 20) % 8 == 0) { /* hand it to whoever comes next */
                 pthread_mutex_lock(&box.mu);
                 if (box.n < 4096) {
@@ -110,14 +93,14 @@ static void* worker(void* argp) {
             }
             pthread_mutex_unlock(&box.mu);
             if (q) {
-                if (!tag_ok(q, s, t)) count_error(&tag_errors);
+                if (!t_tag_ok(q, s, t)) count_error(&tag_errors);
                 if (gm_free(ctx, q) != GM_OK) count_error(&errors);
             }
         }
     }
     while (n) {
         n--;
-        if (!tag_ok(p[n], sz[n], tg[n])) count_error(&tag_errors);
+        if (!t_tag_ok(p[n], sz[n], tg[n])) count_error(&tag_errors);
         if (gm_free(ctx, p[n]) != GM_OK) count_error(&errors);
     }
     if (gm_stream_destroy(ctx, own) != GM_OK) count_error(&errors);
@@ -167,7 +150,7 @@ int main(void) {
     T_CHECK((intptr_t)ret > 0);
     while (box.n) { /* what is left in the box is freed by the main thread */
         box.n--;
-        T_CHECK(tag_ok(box.items[box.n], box.sizes[box.n], box.tags[box.n]));
+        T_CHECK(t_tag_ok(box.items[box.n], box.sizes[box.n], box.tags[box.n]));
         T_OK(gm_free(ctx, box.items[box.n]));
     }
     T_EQ(errors, 0);
