@@ -4575,6 +4575,9 @@ static int gm__fence_word;
 
 static uint64_t gm__tc_next_gen(uint64_t w, int state) { return (((w >> 2) + 1) << 2) | (uint64_t)state; }
 
+/* The bytes a cache may hold: GM__TC_BYTES, or 1/64 of the budget. */
+static size_t gm__tc_cap(const gm_context* ctx) { return ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES; }
+
 static GM__HOT uint32_t gm__tc_bin(size_t size, gm_stream s) {
     uint64_t h = ((uint64_t)(size >> 9) + (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
     return (uint32_t)(h >> 58); /* GM__TC_BINS = 64 */
@@ -4631,9 +4634,8 @@ static int gm__tc_room(gm__tcache* tc) {
         if (old[i].p && GM__LD(old[i].b->tcw) != old[i].w) need -= 2;
     while (cap < need && cap < GM__TC_LIVE_MAX) cap *= 2;
     if (cap < need) return 0;
-    n = (gm__tclive*)GPUMEM_MALLOC(cap * sizeof *n);
+    n = (gm__tclive*)gm__calloc(cap * sizeof *n);
     if (!n) return 0;
-    memset(n, 0, cap * sizeof *n);
     tc->live = n;
     tc->lcap = cap;
     tc->lcount = 0;
@@ -4835,6 +4837,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     gm__block* b;
     uint64_t w;
     size_t size;
+    int other;
     e = gm__tc_find(tc, (uintptr_t)ptr); /* only the owner writes the table: a miss needs no entering */
     if (!e || !gm__tc_enter(tc)) return 0;
     b = e->b;
@@ -4856,12 +4859,12 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     }
     size = b->size;
     bin = &tc->bins[gm__tc_bin(size, e->stream)];
-    if ((bin->n && (bin->size != size || bin->stream != e->stream)) || bin->n == GM__TC_DEPTH ||
-        tc->cached + size > tc->cap) { /* no room here: it stays handed out, for the lock or a batch */
-        int full = !(bin->n && (bin->size != size || bin->stream != e->stream));
+    other = bin->n && (bin->size != size || bin->stream != e->stream); /* its bin serves another size or stream */
+    if (other || bin->n == GM__TC_DEPTH || tc->cached + size > tc->cap) { /* it stays handed out: the lock frees it,
+                                                                             or room is made and it comes again */
         GM__ST(b->tcw, w);
         gm__tc_leave(tc);
-        return full ? 2 : 0;
+        return other ? 0 : 2;
     }
     w = w - GM__TC_LIVE + GM__TC_FREE;
     if (!bin->n) {
@@ -4894,8 +4897,7 @@ static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, u
     size_t got = 0;
     if (n > bin->n) n = bin->n;
     for (i = 0; i < n; i++) {
-        gm__block* b = bin->e[i].b;
-        if (GM__LD(b->tcw) != bin->e[i].w) continue; /* cannot be: bins are emptied when blocks leave */
+        gm__block* b = bin->e[i].b; /* its word is bin->e[i].w: a binned block leaves only through here */
         got += b->size;
         gm__tc_give(ctx, b);
     }
@@ -5094,9 +5096,8 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
         if (t->tc[i] && t->serial[i] == ctx->serial) tc = t->tc[i];
     if (!tc && create) {
         if (!t) {
-            t = (gm__tls*)GPUMEM_MALLOC(sizeof *t);
+            t = (gm__tls*)gm__calloc(sizeof *t);
             if (!t) return NULL;
-            memset(t, 0, sizeof *t);
             if (pthread_setspecific(gm__tc_key, t) != 0) {
                 GPUMEM_FREE(t);
                 return NULL;
@@ -5113,18 +5114,16 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
             }
             if (!t->tc[i] && slot < 0) slot = i;
         }
-        if (slot >= 0 && (tc = (gm__tcache*)GPUMEM_MALLOC(sizeof *tc)) != NULL) {
-            memset(tc, 0, sizeof *tc);
+        if (slot >= 0 && (tc = (gm__tcache*)gm__calloc(sizeof *tc)) != NULL) {
             tc->lcap = 64;
-            tc->live = (gm__tclive*)GPUMEM_MALLOC(tc->lcap * sizeof *tc->live);
+            tc->live = (gm__tclive*)gm__calloc(tc->lcap * sizeof *tc->live);
             if (!tc->live) {
                 GPUMEM_FREE(tc);
                 tc = NULL;
             } else {
-                memset(tc->live, 0, tc->lcap * sizeof *tc->live);
                 tc->ctx = ctx;
                 pthread_mutex_lock(&ctx->mu);
-                tc->cap = ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES;
+                tc->cap = gm__tc_cap(ctx);
                 tc->next = ctx->tcs;
                 ctx->tcs = tc;
                 pthread_mutex_unlock(&ctx->mu);
@@ -5182,7 +5181,6 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
-    gm__tc_fold(ctx); /* the peaks below see what the thread caches did */
     if (tc && tc->nbinned && pl == 0) gm__tc_give_own(ctx, tc); /* a miss: best fit sees this thread's free blocks */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
@@ -5655,7 +5653,7 @@ GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes) {
     ctx->desc.device_budget = ctx->budget;
     ctx->desc.device_budget_fraction = 0;
     gm__tc_steal(ctx, 1);
-    for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES;
+    for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = gm__tc_cap(ctx);
     gm__tc_thaw(ctx);
     gm__release(ctx, 0, (int64_t)ctx->budget);
     resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
