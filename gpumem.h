@@ -1129,6 +1129,7 @@ struct gm__arena {
     size_t nsegs;
     gm__block* root;        /* treap of free blocks by (key, size, addr) */
     size_t nfree;
+    size_t nwhole;          /* of them, those that are a whole segment */
     gm__block* spare;       /* recycled block records */
     gm__seg* spare_seg;
     gm__chunk* chunks;      /* record slabs, freed at destroy */
@@ -3005,7 +3006,10 @@ static GM__HOT void gm__stat_add(gm_stat* s3, int pool, int64_t d) {
    - no two neighbours in a segment are both FREE (they are coalesced);
    - the treap holds exactly the FREE blocks, ordered by (key, size, addr),
      with each parent's prio >= its children's; a free block's key is its
-     segment's key;
+     segment's key; nfree counts them, and nwhole those that are a whole
+     segment (a block in the tree keeps its neighbours: they change only
+     while it is out), so a walk for whole-free segments is skipped in O(1)
+     when there are none;
    - with `st` set: segment/reserved_bytes count the segments and
      inactive_split(_bytes) the FREE blocks of segments that have more than
      one block (PyTorch's "non-releasable" memory).
@@ -3067,12 +3071,14 @@ static void gm__arena_tree_add(gm__arena* a, gm__block* b) {
     b->key = b->seg->key;
     a->root = gm__tr_insert(a->root, b);
     a->nfree++;
+    a->nwhole += !b->prev && !b->next;
 }
 
 static void gm__arena_tree_del(gm__arena* a, gm__block* b) {
     a->root = gm__tr_erase(a->root, b);
     b->l = b->r = NULL;
     a->nfree--;
+    a->nwhole -= !b->prev && !b->next;
 }
 
 static void gm__arena_init(gm__arena* a, size_t align, gm_stats* st, int pool) {
@@ -3405,7 +3411,7 @@ static void gm__arena_check_tree(gm__ck* ck, gm__tree_walk* w, const gm__block* 
 static void gm__arena_check(gm__ck* ck, const gm__arena* a, const char* nm, int64_t* used_n, int64_t* used_b,
                             int64_t* pend_n, int64_t* pend_b, int64_t* req_b) {
     const gm__seg* s;
-    size_t free_n = 0, nsegs = 0;
+    size_t free_n = 0, nsegs = 0, whole = 0;
     int64_t reserved = 0, split_n = 0, split_b = 0;
     gm__tree_walk w;
     memset(&w, 0, sizeof w);
@@ -3417,6 +3423,7 @@ static void gm__arena_check(gm__ck* ck, const gm__arena* a, const char* nm, int6
         size_t nb = 0; /* a tiled segment has at most size / align blocks: a cycle ends there */
         int tiled = s->first != NULL;
         reserved += (int64_t)s->mapped;
+        whole += s->first && gm__seg_whole_free(s);
         if (s->arena != a)
             gm__broken(ck, "%s: segment %zu (%#lx) belongs to another arena", nm, nsegs, (unsigned long)s->base);
         if (s->next && s->next->prev != s)
@@ -3476,6 +3483,7 @@ static void gm__arena_check(gm__ck* ck, const gm__arena* a, const char* nm, int6
     if (w.n != free_n || free_n != a->nfree)
         gm__broken(ck, "%s: %zu free blocks, %zu in the free tree, %zu counted", nm, free_n, w.n, a->nfree);
     if (nsegs != a->nsegs) gm__broken(ck, "%s: %zu segments, %zu counted", nm, nsegs, a->nsegs);
+    if (whole != a->nwhole) gm__broken(ck, "%s: %zu segments wholly free, %zu counted", nm, whole, a->nwhole);
     if (a->st) { /* the device's pools: the context's statistics */
         const gm_stats* st = a->st;
         const char* pn = gm__pool_names[a->pool];
@@ -4036,7 +4044,7 @@ static gm__block* gm__pool_find(gm_context* ctx, int pl, uint32_t si, size_t rsi
    completed; the best fitting one moves to stream si. */
 static gm__block* gm__adopt(gm_context* ctx, int pl, uint32_t si, size_t rsize, int wait) {
     gm__seg *s, *best = NULL;
-    if (ctx->nss < 2) return NULL;
+    if (ctx->nss < 2 || !ctx->pool[pl].nwhole) return NULL;
     for (s = ctx->pool[pl].segs; s; s = s->next) {
         if (s->va || s->key == (uintptr_t)si + 1 || s->size < rsize || !gm__seg_whole_free(s)) continue;
         if (!gm__fits(ctx, pl, rsize, s->size) || (best && s->size >= best->size)) continue;
@@ -4066,7 +4074,7 @@ static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
         int pl;
         if (ctx->stats.reserved_bytes[GM_STAT_ALL].current <= target) break;
         for (pl = 0; pl < 2; pl++)
-            for (s = ctx->pool[pl].segs; s; s = s->next)
+            for (s = ctx->pool[pl].nwhole ? ctx->pool[pl].segs : NULL; s; s = s->next)
                 if (!s->va && gm__seg_whole_free(s) && (!old || s->tick < old->tick) && gm__seg_safe(ctx, s, wait))
                     old = s;
         if (!old) break;
@@ -5633,7 +5641,7 @@ static int gm__regrow_room(gm_context* ctx, size_t size, int wait) {
     gm__tc_steal(ctx, 0);
     resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
     for (pl = 0; pl < 2 && !ctx->va_gran; pl++)
-        for (s = ctx->pool[pl].segs; s; s = s->next)
+        for (s = ctx->pool[pl].nwhole ? ctx->pool[pl].segs : NULL; s; s = s->next)
             if (gm__seg_whole_free(s)) whole += s->size;
     ok = (uint64_t)resv + rsize > (uint64_t)ctx->budget && (uint64_t)resv + rsize <= (uint64_t)ctx->budget + whole;
     if (ok) {
@@ -8781,6 +8789,10 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
     pthread_mutex_lock(&ctx->mu);
     ctx->dev_err = GM_OK;
     if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto out;
+    /* classic segments, nothing to evict: a place is one free block (they
+       are coalesced), so with none large enough there is nothing to weigh,
+       found in O(log b) (a miss on a full device costs no walk) */
+    if (!evict && !ctx->va_gran && !gm__arena_find(&ctx->pool[pl], (uintptr_t)si + 1, rsize)) goto out;
     if (ctx->va_gran) { /* pages the budget may map, with idle pages given back */
         int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
         spare = (uint64_t)resv < (uint64_t)ctx->budget ? (ctx->budget - (size_t)resv) / ctx->va_gran : 0;
