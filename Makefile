@@ -52,7 +52,7 @@ TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
 CUDART_TEST   := $(B)/cudart/test_cudart
 endif
 
-.PHONY: all tools install uninstall FORCE test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp train-gpt torch-allocator bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools install uninstall FORCE docs-check figures test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp train-gpt torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -224,6 +224,19 @@ bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
 	$(B)/bench-plan $(B)/bench-plan.csv
 	$(B)/gm-replay --plan --csv $(B)/bench-plan-traces.csv ../shared/traces/minimalloc/*.csv ../shared/traces/pytorch/*.csv
 	$(B)/bench-tier-scale $(B)/bench-tier-scale.csv $(B)/bench-tier-scale.svg
+
+# make figures: every benchmark and measuring example, run once (the demo
+# three times), and docs/measured.md written from their CSV and tables
+# (about ten minutes). TIER_MAX=N caps bench-tier-scale's tensor count.
+figures: $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom $(B)/bench-plan \
+		$(B)/bench-tier-scale $(B)/demo $(B)/train_mlp $(B)/train_gpt $(B)/planned $(B)/caching $(B)/sim/test_frag tools
+	@if [ -x $(CUDA_HOME)/bin/nvcc ]; then $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1 || true; fi
+	B=$(B) SPILL_DIR=$(SPILL_DIR) sh tools/figures.sh
+
+# make docs-check: README.md's sh blocks run as written, every gpumem name
+# in README.md and docs/ exists in the header, every link resolves.
+docs-check:
+	B=$(B) sh tools/docs-check.sh
 
 bench-spill-vs-oom: $(B)/bench-spill-vs-oom
 	$(B)/bench-spill-vs-oom $(B)/bench-spill-vs-oom.csv $(B)/bench-spill-vs-oom.svg $(SPILL_DIR)

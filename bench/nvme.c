@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
         printf("%-26s %9.0f (%5s) %9.0f (%5s) %9.0f (%5s) %6.1f\n", name, a / 1e6, bench_cell(c1, sizeof c1, "%.2f", ra),
                w / 1e6, bench_cell(c2, sizeof c2, "%.2f", rw), r / 1e6, bench_cell(c3, sizeof c3, "%.2f", rr), depth);
         if (csv)
-            fprintf(csv, "%s,%.0f,%.0f,%.0f,%s,%s,%s,%.1f\n", name, a, w, r, bench_field(f1, sizeof f1, "%.3f", ra),
+            fprintf(csv, "\"%s\",%.0f,%.0f,%.0f,%s,%s,%s,%.1f\n", name, a, w, r, bench_field(f1, sizeof f1, "%.3f", ra),
                     bench_field(f2, sizeof f2, "%.3f", rw), bench_field(f3, sizeof f3, "%.3f", rr), depth);
     }
     if (csv) {

@@ -14,7 +14,7 @@
    step checks every word. Prints a table and writes an SVG of memory by
    tier over time.
 
-   usage: demo [SPILL_DIR [SVG]]   (default /var/tmp and build/demo.svg) */
+   usage: demo [SPILL_DIR [SVG [CSV]]]   (default /var/tmp, build/demo.svg, no CSV) */
 #define GPUMEM_IMPLEMENTATION
 #include "spill_workload.h"
 #include "plot.h"
@@ -72,6 +72,28 @@ static void draw(const char* path, const wl_params* p, wl_result* res) {
     }
     plot_close(f);
     printf("wrote %s (memory by tier over time, one panel per way)\n", path);
+}
+
+/* The table as CSV, for the page of measured figures. */
+static void write_csv(const char* path, const wl_result* res, double mem_ms) {
+    FILE* f = fopen(path, "w");
+    int w;
+    if (!f) {
+        printf("cannot write %s\n", path);
+        return;
+    }
+    fprintf(f, "way,completed,step_ms,over_in_memory,run_s,link_mib,disk_mib,peak_device_mib,peak_host_mib,"
+               "peak_disk_mib,peak_unified_mib,why\n");
+    for (w = 0; w < WAYS; w++) {
+        const wl_result* r = &res[w];
+        fprintf(f, "%s,%d,%.1f,%.3f,%.2f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,\"%s\"\n", wl_way_names[w], r->ok,
+                r->ok ? r->step_ms : 0.0, r->ok && mem_ms > 0 ? r->step_ms / mem_ms : 0.0, r->seconds,
+                r->moved / (double)WL_MIB, r->disk_moved / (double)WL_MIB, r->peak_device / (double)WL_MIB,
+                r->peak_host / (double)WL_MIB, r->peak_disk / (double)WL_MIB, r->peak_managed / (double)WL_MIB,
+                r->ok ? "" : r->why);
+    }
+    fclose(f);
+    printf("wrote %s\n", path);
 }
 
 int main(int argc, char** argv) {
@@ -170,7 +192,8 @@ int main(int argc, char** argv) {
             all_ok = 0;
         }
     printf("\n");
-    draw(argc > 2 ? argv[2] : "build/demo.svg", &p, res);
+    draw(argc > 2 && argv[2][0] ? argv[2] : "build/demo.svg", &p, res);
+    if (argc > 3) write_csv(argv[3], res, mem_ms);
     for (w = 0; w < WAYS; w++) free(res[w].tl);
     /* the demo fails if a way that must complete did not, or a byte was lost */
     return all_ok && res[WAY_MEMORY].ok && res[WAY_SPILL].ok && res[WAY_UNIFIED].ok ? 0 : 1;
