@@ -155,7 +155,8 @@
     - Device budget: at least the largest set of tensors acquired at once
       (a batch's sum), rounded up to the allocator's blocks (512 B, and
       2 MiB segments below 1 MiB, 20 MiB segments below 10 MiB), plus what
-      plain gm_alloc holds; about 10% more keeps prefetching useful. With
+      plain gm_alloc holds; some room beyond that (a rule of thumb: 10%)
+      leaves prefetches somewhere to land. With
       less, a batch fails with GM_ERR_OUT_OF_MEMORY before acquiring any.
     - prefetch_ahead (learned order): enough acquires to cover one copy:
       (tensor bytes / link bytes per s) / compute time per acquire, at
@@ -165,10 +166,14 @@
       or a new sequence), acquires that depart from the plan resynchronize
       to it; four in a row and learned order stops prefetching and evicts
       least recently used first, until the plan is followed again.
-    - Complexity: acquire, release, prefetch and evict are O(1) plus the
-      victims' choice, O(released tensors on the device) (a custom policy
-      sees them all); a batch of n sorts its n; gm_tier_step is O(plan +
-      tensors) plus Belady's order, O(plan x tensors held).
+    - Complexity (docs/api.md has each call's): with classic segments an
+      acquire that evicts k tensors costs O(k log n) when a victim's block
+      gives the room (the same size), with LRU or learned victims (a heap
+      by next use); placing a tensor where no block fits yet walks the
+      pool's blocks, as do expandable segments, a custom policy (it sees
+      every candidate) and host-tier victims with a disk tier; a batch of n
+      is O(n^2); gm_tier_step is O(plan + tensors), plus with a disk tier
+      Belady's order, O(plan x tensors held).
 
     THE DISK TIER
     =============
@@ -7627,6 +7632,8 @@ typedef struct gm__tensor {
     uint64_t stamp;         /* tier clock at the last create, acquire or release */
     uint32_t prev, next;    /* LRU neighbours: index + 1, 0 for none (indices
                                survive the array growing) */
+    uint32_t hv;            /* learned victims: the version its current heap entry carries */
+    uint64_t lseq;          /* its place in the LRU list: later pushes are higher */
 } gm__tensor;
 
 /* A learned plan (>>tier: learned order), one per phase. */
@@ -7642,6 +7649,13 @@ typedef struct gm__prio {
     int prio;
     uint32_t n;
 } gm__prio;
+
+/* An entry of the learned victims' heap (>>tier: learned victims). */
+typedef struct gm__vent {
+    uint64_t key, lseq;
+    int prio;
+    uint32_t i, hv;
+} gm__vent;
 
 typedef struct gm__tier {
     pthread_mutex_t mu;
@@ -7698,6 +7712,10 @@ typedef struct gm__tier {
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
+    uint64_t lclock;        /* for lseq */
+    gm__vent* vh;           /* learned victims (>>tier: learned victims) */
+    uint32_t nvh, capvh;
+    int vh_ok;              /* the heap holds what its invariants say; else it is built when next asked */
 } gm__tier;
 
 #define GM__IN(tm) ((tm)->tk[GM__TK_IN].s)
@@ -7857,6 +7875,8 @@ static gm_result gm__tk_of(gm_context* ctx, gm__tier* tm, gm_stream s, uint32_t*
    mostly empty for a while, like the device's gc threshold. */
 #define GM__HOST_WINDOW 1024
 #define GM__NEVER ((uint64_t)1 << 62)
+#define GM__PLAN_OW 0x80000000u /* a plan entry: the tensor's index, this bit where the acquire overwrote */
+#define GM__PLAN_T(e) ((e) & ~GM__PLAN_OW)
 /* Learned order with a plan it follows: victims by next use (else LRU). */
 #define GM__PLANNED(tm) ((tm)->policy == GM_EVICT_LEARNED && (tm)->nplan && !(tm)->lost)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
@@ -7899,8 +7919,11 @@ static int gm__listed(const gm__tier* tm, const gm__tensor* x) {
     return x->prev || tm->lru == (uint32_t)(x - tm->t) + 1;
 }
 
+static void gm__vh_push(gm__tier* tm, gm__tensor* x);
+
 static void gm__lru_del(gm__tier* tm, gm__tensor* x) {
     uint32_t k = gm__lru_key(tm, x);
+    x->hv++; /* its heap entries are stale */
     if (x->prev) GM__LRU(tm, x->prev)->next = x->next;
     else if (tm->lru == k) tm->lru = x->next;
     else return; /* not on the list */
@@ -7918,6 +7941,8 @@ static void gm__lru_push(gm__tier* tm, gm__tensor* x) {
     if (tm->lru_tail) GM__LRU(tm, tm->lru_tail)->next = k;
     else tm->lru = k;
     tm->lru_tail = k;
+    x->lseq = ++tm->lclock;
+    gm__vh_push(tm, x);
 }
 
 /* A handle: the index + 1 in the low 20 bits, the low 12 bits of the
@@ -8541,13 +8566,174 @@ static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
     return gm__next_step_use(tm, i);
 }
 
+/* >>tier: learned victims. Under learned order the victim is the released
+   tensor of the lowest priority used farthest ahead (Belady's rule); a
+   binary heap keeps that choice O(log n) instead of a walk of the LRU
+   list. An entry's key is a tensor's next use as a plan position
+   (gm__vh_key: this step's position, else the plan's length plus its
+   first position in the step expected next; GM__NEVER when none), which
+   stays put while the plan position advances, except for tensors whose
+   use it passes. Entries are ordered by priority (lowest first), then key
+   (highest first), then LRU place (lseq, oldest first): the walk's order.
+   Invariants, while tm->vh_ok (under tm->mu):
+   - every tensor on the LRU list that is not pinned has exactly one entry
+     whose hv is its own; a tensor's hv grows when it leaves the list, when
+     its priority or pin changes and when the position passes its use, so
+     that its older entries are stale (dropped when they reach the top);
+   - a current entry's key is never below the tensor's next use: the
+     position moving forward re-enters each tensor whose use it passes (a
+     long jump rebuilds instead), and moving back only lowers next uses,
+     which the top's check catches and corrects;
+   - a push past twice the listed tensors plus 64 entries rebuilds the heap
+     instead (stale entries do not pile up).
+   A new plan, another phase, or a change of the phase expected next clears
+   vh_ok; the next choice rebuilds the heap from the list, O(n). */
+static uint64_t gm__vh_key(const gm__tier* tm, uint32_t i) {
+    uint64_t nu = gm__next_use(tm, i);
+    return nu == GM__NEVER ? GM__NEVER : nu + (tm->pos < tm->nplan ? tm->pos : tm->nplan) - 1;
+}
+
+static int gm__vh_before(const gm__vent* a, const gm__vent* b) {
+    if (a->prio != b->prio) return a->prio < b->prio;
+    if (a->key != b->key) return a->key > b->key;
+    return a->lseq < b->lseq;
+}
+
+static void gm__vh_sift(gm__vent* h, uint32_t n, uint32_t k) {
+    gm__vent e = h[k];
+    for (;;) {
+        uint32_t c = 2 * k + 1;
+        if (c >= n) break;
+        if (c + 1 < n && gm__vh_before(&h[c + 1], &h[c])) c++;
+        if (!gm__vh_before(&h[c], &e)) break;
+        h[k] = h[c];
+        k = c;
+    }
+    h[k] = e;
+}
+
+static gm__vent gm__vh_entry(const gm__tier* tm, const gm__tensor* x) {
+    gm__vent e;
+    e.i = (uint32_t)(x - tm->t);
+    e.key = gm__vh_key(tm, e.i);
+    e.lseq = x->lseq;
+    e.prio = x->priority;
+    e.hv = x->hv;
+    return e;
+}
+
+static uint32_t gm__nlisted(const gm__tier* tm) {
+    uint32_t j, n = 0;
+    for (j = 0; j < tm->nprios; j++) n += tm->prios[j].n;
+    return n;
+}
+
+/* Makes room for n entries; 0 when it cannot. */
+static int gm__vh_room(gm__tier* tm, uint32_t n) {
+    uint32_t cap;
+    gm__vent* h;
+    if (n <= tm->capvh) return 1;
+    cap = tm->capvh ? tm->capvh : 64;
+    while (cap < n) cap *= 2;
+    h = (gm__vent*)gm__grow_array(tm->vh, tm->capvh * sizeof *h, cap * sizeof *h);
+    if (!h) return 0;
+    tm->vh = h;
+    tm->capvh = cap;
+    return 1;
+}
+
+/* The heap from the LRU list, in O(n). */
+static int gm__vh_build(gm__tier* tm) {
+    uint32_t k, n = 0;
+    gm__tensor* x;
+    tm->vh_ok = 0;
+    if (!gm__vh_room(tm, gm__nlisted(tm) + 1)) return 0;
+    for (k = tm->lru; k; k = x->next) {
+        x = GM__LRU(tm, k);
+        if (x->pinned) continue;
+        x->hv++; /* entries left from an earlier heap are stale */
+        tm->vh[n++] = gm__vh_entry(tm, x);
+    }
+    tm->nvh = n;
+    for (k = n / 2; k-- > 0;) gm__vh_sift(tm->vh, n, k);
+    tm->vh_ok = 1;
+    return 1;
+}
+
+/* A listed tensor's entry, as it is now (its hv already made current). */
+static void gm__vh_push(gm__tier* tm, gm__tensor* x) {
+    uint32_t k;
+    gm__vent e;
+    if (!tm->vh_ok || x->pinned) return;
+    if (tm->nvh >= 2 * gm__nlisted(tm) + 64 || !gm__vh_room(tm, tm->nvh + 1)) { /* rebuilt when next asked */
+        tm->vh_ok = 0;
+        return;
+    }
+    e = gm__vh_entry(tm, x);
+    for (k = tm->nvh++; k && gm__vh_before(&e, &tm->vh[(k - 1) / 2]); k = (k - 1) / 2) tm->vh[k] = tm->vh[(k - 1) / 2];
+    tm->vh[k] = e;
+}
+
+/* The plan position moved from `was` (phase `cur`): the tensors whose uses
+   it passed get entries with their next uses. */
+static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur) {
+    uint32_t q;
+    if (!tm->vh_ok || tm->pos <= was) return; /* backwards, next uses only come sooner */
+    if (tm->cur != cur || tm->pos - was > 256) {
+        tm->vh_ok = 0;
+        return;
+    }
+    for (q = was; q < tm->pos && q < tm->nplan; q++) {
+        gm__tensor* x = &tm->t[GM__PLAN_T(tm->plan[q])];
+        if (x->live && gm__listed(tm, x) && !x->pinned) {
+            x->hv++;
+            gm__vh_push(tm, x);
+        }
+    }
+}
+
+/* The learned victim: 1 with *out (NULL: none) and *nu, its next use from
+   now; 0 when the heap cannot say (no memory for it, or the top is held
+   for the moment), and the walk decides. */
+static int gm__vh_top(gm__tier* tm, gm__tensor** out, uint64_t* nu) {
+    *out = NULL;
+    if (!tm->vh_ok && !gm__vh_build(tm)) return 0;
+    while (tm->nvh) {
+        gm__vent* e = &tm->vh[0];
+        gm__tensor* x = &tm->t[e->i];
+        uint64_t key;
+        if (!x->live || e->hv != x->hv) { /* stale */
+            tm->vh[0] = tm->vh[--tm->nvh];
+            gm__vh_sift(tm->vh, tm->nvh, 0);
+            continue;
+        }
+        if (x->acquired || !x->dev) return 0;
+        key = gm__vh_key(tm, e->i);
+        if (key != e->key) { /* its next use came sooner (the position went back) */
+            e->key = key;
+            gm__vh_sift(tm->vh, tm->nvh, 0);
+            continue;
+        }
+        *out = x;
+        *nu = key == GM__NEVER ? GM__NEVER : key + 1 - (tm->pos < tm->nplan ? tm->pos : tm->nplan);
+        return 1;
+    }
+    return 1;
+}
+
 /* The policy's choice among released tensors on the device, or NULL.
    clean_only: only those whose host copy is still valid. swap: only those
-   that can trade places with that host tensor (gm__swap_in). */
+   that can trade places with that host tensor (gm__swap_in). Learned
+   order's plain choice comes from the heap; the rest walk the list. */
 static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, const gm__tensor* swap) {
     gm__tensor *x, *best = NULL;
     uint64_t best_next = 0;
     uint32_t k, n = 0;
+    if (GM__PLANNED(tm) && !clean_only && !swap && gm__vh_top(tm, &x, &best_next)) {
+        if (!x || !tm->evict_after || best_next > tm->evict_after) return x;
+        if (tm->nprios <= 1) return NULL; /* every one comes sooner than what room is made for */
+        best_next = 0; /* another priority level may have one: the walk decides */
+    }
     for (k = tm->lru; k; k = x->next) {
         uint64_t nu;
         x = GM__LRU(tm, k);
@@ -9226,8 +9412,6 @@ static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    them (an overwrite's without its bytes); while the plan evicts (in this
    step or the last), the next victim's copy to host starts at once
    (write-behind). */
-#define GM__PLAN_OW 0x80000000u
-#define GM__PLAN_T(e) ((e) & ~GM__PLAN_OW)
 /* >>tier: learned order by phase. Invariants: tm->plan, use_first,
    use_at, nuse_first and leaves are ph[cur]'s (the phase owns them); rec
    holds the acquires since the phase's step began. A step's acquires
@@ -9253,6 +9437,7 @@ static void gm__phase_free(gm__phase* f) {
 
 static void gm__phase_activate(gm__tier* tm, int k) {
     gm__phase* f = &tm->ph[k];
+    tm->vh_ok = 0; /* every next use changes */
     tm->cur = k;
     tm->plan = f->plan;
     tm->nplan = f->nplan;
@@ -9294,7 +9479,7 @@ static int gm__learn_find(const gm__tier* tm, int k, uint32_t i, uint32_t prev, 
 
 /* The plan's next position after an acquire of tensor i (see >>tier:
    learned order by phase). */
-static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
+static void gm__learn_go(gm_context* ctx, gm__tier* tm, uint32_t i) {
     uint32_t lo, hi, first;
     int k;
     if (!tm->nplan) {
@@ -9355,6 +9540,15 @@ static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     }
 }
 
+static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur);
+
+static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
+    uint32_t was = tm->pos;
+    int cur = tm->cur;
+    gm__learn_go(ctx, tm, i);
+    gm__vh_moved(tm, was, cur);
+}
+
 static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int overwrite) {
     if (tm->nrec == tm->caprec) {
         uint32_t cap = tm->caprec ? tm->caprec * 2 : 1024;
@@ -9364,7 +9558,10 @@ static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int ove
         tm->caprec = cap;
     }
     tm->rec[tm->nrec++] = (uint32_t)(x - tm->t) | (overwrite ? GM__PLAN_OW : 0u);
-    if (tm->named && tm->nrec == 1 && tm->closed >= 0) tm->ph[tm->closed].next = tm->rec_phase; /* what followed */
+    if (tm->named && tm->nrec == 1 && tm->closed >= 0) { /* what followed */
+        tm->ph[tm->closed].next = tm->rec_phase;
+        if (tm->closed == tm->cur) tm->vh_ok = 0; /* the next step's uses change */
+    }
     gm__learn_follow(ctx, tm, (uint32_t)(x - tm->t));
 }
 
@@ -9423,6 +9620,7 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
     tm->policy = policy == GM_EVICT_DEFAULT ? GM_EVICT_LRU : policy;
+    tm->vh_ok = 0; /* built when learned order next asks */
     tm->ahead = prefetch_ahead;
     tm->vfn = fn;
     tm->vuser = user;
@@ -9442,7 +9640,7 @@ static void gm__plan_belady(gm_context* ctx, gm__tier* tm) {
     size_t cap = ctx->budget + ctx->desc.host_budget, used = 0;
     GPUMEM_FREE(tm->leaves);
     tm->leaves = NULL;
-    if (!n) return;
+    if (!n || !ctx->disk) return; /* only the disk tier asks */
     tm->leaves = (uint8_t*)gm__calloc(n);
     held = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *held);
     slot = (uint32_t*)gm__calloc((size_t)nt * sizeof *slot); /* place in held + 1; 0: not held */
@@ -9513,6 +9711,7 @@ static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     uint32_t i, *first, *at, np = tm->nrec < GM__PREFIX ? tm->nrec : GM__PREFIX;
     int k, slot = tm->named ? tm->rec_phase : tm->cur;
     gm__phase f;
+    tm->vh_ok = 0; /* the plan or the position changes: every next use does */
     if (!tm->nrec) { /* nothing acquired: the plans stay, the step begins again */
         if (tm->named && tm->cur != tm->rec_phase) gm__phase_activate(tm, tm->rec_phase);
         tm->pos = 0;
@@ -9600,6 +9799,7 @@ GPUMEM_API gm_result gm_tier_set_phase(gm_context* ctx, int phase) {
         gm__phase_activate(tm, 0);
     }
     tm->ph[tm->rec_phase].next = phase;
+    tm->vh_ok = 0; /* the next step's uses change */
     if (tm->nrec) r = gm__phase_close(ctx, tm); /* the step of the phase left ends here */
     if (r == GM_OK) {
         tm->rec_phase = phase;
@@ -9655,8 +9855,9 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
         i = gm__tslot_take(tm);
     } else {
         if (tm->n == tm->cap) {
-            uint32_t cap = tm->cap ? tm->cap * 2 : 256;
-            gm__tensor* t = cap <= 0xfffffu ? (gm__tensor*)gm__grow_array(tm->t, tm->cap * sizeof *t, cap * sizeof *t) : NULL;
+            /* a handle's 20 bits hold index + 1: at most 0xfffff tensors */
+            uint32_t cap = !tm->cap ? 256 : tm->cap > 0xfffffu / 2 ? 0xfffffu : tm->cap * 2;
+            gm__tensor* t = cap > tm->cap ? (gm__tensor*)gm__grow_array(tm->t, tm->cap * sizeof *t, cap * sizeof *t) : NULL;
             uint32_t* f = t ? (uint32_t*)gm__grow_array(tm->freeidx, tm->cap * sizeof *f, cap * sizeof *f) : NULL;
             if (t) tm->t = t;
             if (!f) {
@@ -9668,12 +9869,14 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
         }
         i = tm->n++;
         tm->t[i].gen = 0;
+        tm->t[i].hv = 0;
     }
     x = &tm->t[i];
     {
-        uint32_t gen = x->gen + 1;
+        uint32_t gen = x->gen + 1, hv = x->hv + 1; /* the slot's heap entries stay stale */
         memset(x, 0, sizeof *x);
         x->gen = gen;
+        x->hv = hv;
     }
     x->bytes = bytes;
     x->live = 1;
@@ -10137,6 +10340,10 @@ GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor h, int pr
     }
     x->priority = priority;
     x->pinned = pinned != 0;
+    if (gm__listed(tm, x)) { /* its heap entry, as it is now */
+        x->hv++;
+        gm__vh_push(tm, x);
+    }
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
 }
@@ -10277,6 +10484,34 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
         for (j = 0; j < tm->nprios; j++) total += tm->prios[j].n;
         if (total != onlru || unknown)
             gm__broken(ck, "tier: the priority levels count %zu listed tensors, %zu are on the LRU list", total, onlru);
+    }
+    if (tm->vh_ok) { /* the learned victims' heap: ordered, one current entry per listed unpinned tensor, with a
+                        key no lower than its next use */
+        uint32_t j, *seen = (uint32_t*)gm__calloc(((size_t)tm->n + 1) * sizeof *seen);
+        for (j = 0; j < tm->nvh; j++) {
+            const gm__vent* e = &tm->vh[j];
+            if (j && gm__vh_before(e, &tm->vh[(j - 1) / 2]))
+                gm__broken(ck, "tier: the learned victims' heap is out of order at entry %u of %u", j, tm->nvh);
+            if (e->i >= tm->n) {
+                gm__broken(ck, "tier: a learned victims' entry names tensor index %u, past the %u there are", e->i,
+                           tm->n);
+                continue;
+            }
+            x = &tm->t[e->i];
+            if (!x->live || e->hv != x->hv) continue; /* stale */
+            if (seen) seen[e->i]++;
+            if (e->prio != x->priority || e->lseq != x->lseq || e->key < gm__vh_key(tm, e->i))
+                gm__broken(ck, "tier: tensor %#x's learned victims' entry is not current (priority %d, key %llu; "
+                           "the tensor's %d, %llu)", gm__handle_id(tm, x), e->prio, (unsigned long long)e->key,
+                           x->priority, (unsigned long long)gm__vh_key(tm, e->i));
+        }
+        for (j = tm->lru; seen && j; j = GM__LRU(tm, j)->next) {
+            x = GM__LRU(tm, j);
+            if (seen[j - 1] != (x->pinned ? 0u : 1u))
+                gm__broken(ck, "tier: tensor %#x (listed%s) has %u current learned victims' entries", gm__handle_id(tm, x),
+                           x->pinned ? ", pinned" : "", seen[j - 1]);
+        }
+        GPUMEM_FREE(seen);
     }
     for (i = 0; i < tm->ntk; i++) {
         const gm__track* k = &tm->tk[i];
@@ -10468,6 +10703,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->tk);
     GPUMEM_FREE(tm->evs);
     GPUMEM_FREE(tm->cand);
+    GPUMEM_FREE(tm->vh);
     GPUMEM_FREE(tm->prios);
     GPUMEM_FREE(tm->rank);
     GPUMEM_FREE(tm->batch);

@@ -2,7 +2,7 @@
 
    A training-shaped workload (spill_workload.h: weights, Adam state,
    activations saved for the backward pass, gradients) whose peak is about
-   two and a half times the device budget, run five ways: with room for it
+   twice the device budget, run five ways: with room for it
    all (the reference), raw device allocation, the caching allocator, gpumem
    tensors spilling to pinned host memory and a spill file, and gpumem
    tensors with the unified-memory fallback. Each way runs the same steps

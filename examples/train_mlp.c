@@ -10,7 +10,7 @@
    identical, and writes them as CSV and SVG.
 
    On sim the kernels are the plain C loops of mlp_kernels.h, run as stream
-   work; the CUDA build (make train-mlp-cuda) runs cuBLAS and the kernels of
+   work; the CUDA build (make build/train_mlp-cuda) runs cuBLAS and the kernels of
    mlp_kernels.cu where there is a device, and sim where there is not.
 
    usage: train_mlp [FRACTION ...]   (default 1 0.5 0.25)

@@ -141,7 +141,7 @@ out:
    one acquire at a time with expandable segments down to 1.25x and with
    classic segments at 2x (a tensor already acquired cannot move, so the
    layer's first tensors may hold the room the last one needs); below that
-   the answers are counted and printed (the figures of the README), and
+   the answers are counted and printed (the figures of docs/measured.md), and
    every byte must still survive them. */
 int main(int argc, char** argv) {
     static const double overs[] = {2.0, 1.5, 1.25, 1.1, 1.0};

@@ -373,6 +373,96 @@ static int64_t loop_misses(gm_evict_policy policy, int ahead, int steps, int bac
     return b.prefetch_misses - a.prefetch_misses;
 }
 
+/* The learned victim from the heap against the rule itself, a walk of the
+   LRU list (lowest priority, then used farthest ahead, then least recently
+   released), after every step of a walk over a repeating acquire order with
+   departures, priorities, pins, prefetch, phases and step ends. */
+static const gm__tensor* walk_victim(gm__tier* tm, uint64_t* nu_out) {
+    const gm__tensor *x, *best = NULL;
+    uint64_t best_nu = 0;
+    uint32_t k;
+    for (k = tm->lru; k; k = x->next) {
+        uint64_t nu;
+        x = GM__LRU(tm, k);
+        if (x->pinned || !x->dev || x->acquired) continue;
+        nu = GM__PLANNED(tm) ? gm__next_use(tm, k - 1) : 0;
+        if (!best || x->priority < best->priority || (x->priority == best->priority && nu > best_nu)) {
+            best = x;
+            best_nu = nu;
+        }
+    }
+    *nu_out = best_nu;
+    return best;
+}
+
+static void test_learned_victims(long steps) {
+    enum { L = 24 };
+    gm_context* ctx = tier_ctx(6 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm__tier* tm;
+    gm_tensor t[L];
+    unsigned long long seed = 7;
+    long k, compared = 0, planned = 0, mismatched = 0;
+    int i, order[L];
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 1, NULL, NULL));
+    for (i = 0; i < L; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], (size_t)(64 + 64 * (i % 5)) * KiB));
+        order[i] = i;
+    }
+    tm = (gm__tier*)ctx->tier;
+    for (k = 0; k < steps; k++) {
+        unsigned r = (unsigned)(t_rand_r(&seed) % 100);
+        int a = (int)(t_rand_r(&seed) % L);
+        const gm__tensor *want, *got;
+        uint64_t want_nu, got_nu;
+        void* p;
+        if (r < 70) { /* the next tensor of the order, or now and then another */
+            int j = r < 62 ? order[k % L] : a;
+            T_OK(gm_tensor_acquire(ctx, t[j], NULL, &p));
+            T_OK(gm_tensor_release(ctx, t[j], NULL, (int)(r & 1)));
+        } else if (r < 80) {
+            T_OK(gm_tensor_set_priority(ctx, t[a], (int)(t_rand_r(&seed) % 3) - 1, t_rand_r(&seed) % 8 == 0));
+        } else if (r < 86) {
+            T_OK(gm_tensor_prefetch(ctx, t[a], NULL));
+        } else if (r < 92) {
+            T_OK(gm_tier_step(ctx));
+        } else if (r < 94) {
+            T_OK(gm_tier_set_phase(ctx, (int)(t_rand_r(&seed) % 2)));
+        } else if (r < 97) {
+            gm_tier where;
+            T_OK(gm_tensor_where(ctx, t[a], &where));
+            if (where == GM_TIER_DEVICE) T_OK(gm_tensor_evict(ctx, t[a]));
+        } else { /* a tensor made again: its slot keeps its place in the plan */
+            T_OK(gm_tensor_destroy(ctx, t[a]));
+            T_OK(gm_tensor_create(ctx, &t[a], (size_t)(64 + 64 * (a % 5)) * KiB));
+        }
+        if (k % 97 == 0) { /* the order shifts: the plan departs, then is learned again */
+            int x = order[0];
+            memmove(order, order + 1, (L - 1) * sizeof *order);
+            order[L - 1] = x;
+        }
+        pthread_mutex_lock(&tm->mu);
+        want = walk_victim(tm, &want_nu);
+        got = gm__victim(ctx, tm, 0, NULL);
+        got_nu = got && GM__PLANNED(tm) ? gm__next_use(tm, (uint32_t)(got - tm->t)) : 0;
+        planned += GM__PLANNED(tm);
+        compared++;
+        if (!want != !got || (want && (want->priority != got->priority || want_nu != got_nu ||
+                                       (want_nu != GM__NEVER && want != got))))
+            mismatched++;
+        pthread_mutex_unlock(&tm->mu);
+        if (gm_check(ctx) != 0) { /* logged; the first is enough */
+            T_EQ(gm_check(ctx), 0);
+            break;
+        }
+    }
+    printf("learned victims: %ld steps, %ld under a plan, heap against the walk: %ld differ\n", compared, planned,
+           mismatched);
+    T_EQ(mismatched, 0);
+    T_CHECK(planned > steps / 2);
+    for (i = 0; i < L; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_learned_order(void) {
     int64_t lru = loop_misses(GM_EVICT_LRU, 0, 4, 0);
     int64_t learned = loop_misses(GM_EVICT_LEARNED, 0, 4, 0);
@@ -1020,6 +1110,7 @@ int main(int argc, char** argv) {
     test_fallback_hook();
     test_prefetch();
     test_learned_order();
+    test_learned_victims(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_regressions();
     test_host_giveback();
     test_custom_policy();

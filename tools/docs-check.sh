@@ -14,7 +14,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
-SLOW='make test|make asan|make tsan|make fuzz|make bench|make figures|make demo|make examples|make train-gpt'
+SLOW='make test|make asan|make tsan|make fuzz|make bench|make figures|make demo|make examples'
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); printf 'docs-check: FAILED: %s\n' "$*"; }

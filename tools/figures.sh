@@ -2,16 +2,18 @@
 # make figures: runs every benchmark and every example that measures
 # something, and writes docs/measured.md from what they write (their CSV,
 # or for the examples that print a table, that table). Each section names
-# the command that produced it; the page's head gives the date, the
-# commit, the machine (cores, CPU, memory) and the backend. Nothing on the
-# page is typed by hand: a section whose command fails says so.
+# the command that produced it and the backend it ran on; the page's head
+# gives the date, the commit and the machine (cores, CPU, memory, GPU).
+# Every measured number on the page comes from the run; the prose around
+# the tables describes each benchmark. A section whose command fails says
+# so, under its heading.
 #
 #   sh tools/figures.sh            (make figures; the binaries must be built)
 #
 # Settings from the environment: B (build directory, default build), OUT
 # (default docs/measured.md), TRACES (default ../shared/traces), SPILL_DIR
 # (default /var/tmp), RUNS (the demo's runs, median taken; default 3),
-# TIER_MAX (the most tensors bench-tier-scale goes to; default 16000),
+# TIER_MAX (the most tensors bench-tier-scale goes to; default 1000000),
 # REUSE=1 (write the page from the outputs of the last run, running
 # nothing: for changes to this script).
 set -u
@@ -20,7 +22,7 @@ OUT=${OUT:-docs/measured.md}
 TRACES=${TRACES:-../shared/traces}
 SPILL_DIR=${SPILL_DIR:-/var/tmp}
 RUNS=${RUNS:-3}
-TIER_MAX=${TIER_MAX:-16000}
+TIER_MAX=${TIER_MAX:-1000000}
 D=$B/figures
 mkdir -p "$D" "$(dirname "$OUT")"
 PAGE=$D/measured.md.new
@@ -66,11 +68,13 @@ failed() {
     p '```' ""
 }
 
-# verbatim NAME FROM TO: the lines of NAME's output from the first line
-# matching FROM up to the first line after it matching TO, as a code block
+# verbatim NAME FROM TO [before]: the lines of NAME's output from the
+# first line matching FROM up to the first line after it matching TO (with
+# "before", up to the line before it), as a code block
 verbatim() {
     p '```'
-    awk -v a="$2" -v b="$3" 'on == 0 && $0 ~ a { on = 1 } on { print } on && $0 ~ b { exit }' "$D/$1.out" >> "$PAGE"
+    awk -v a="$2" -v b="$3" -v x="${4:-}" 'on == 0 && $0 ~ a { on = 1; print; next }
+        on && $0 ~ b { if (x == "") print; exit } on { print }' "$D/$1.out" >> "$PAGE"
     p '```' ""
 }
 
@@ -96,9 +100,9 @@ p "figures within one table (one run), and read ratios rather than times."
 p ""
 
 # ---------------------------------------------------------------- replay
+p "## Fragmentation on real traces" ""
 if run replay "$B/bench-replay" "$TRACES" "$D/replay.csv"; then
-    p "## Fragmentation on real traces" ""
-    p "\`$B/bench-replay $TRACES $D/replay.csv\`, sim: each trace replayed once from an"
+    p "\`$B/bench-replay $TRACES $D/replay.csv\`, sim: each trace replayed from an"
     p "empty context with classic and with expandable segments; fragmentation is"
     p "1 − peak live / peak reserved. PyTorch's column is the trace's own figure"
     p "(its meta file: PyTorch's reserved memory at the dump)." ""
@@ -116,10 +120,11 @@ if run replay "$B/bench-replay" "$TRACES" "$D/replay.csv"; then
         printf "| %s | %d | %.2f× | %.2f× |\n", trace_name(f[1]), f[2], f[7], f[8] }' "$D/replay.csv" >> "$PAGE"
     p ""
     p "## Trace replay cost" ""
-    p "The same run: nanoseconds per operation replaying each trace once from an"
-    p "empty context (classic segments with the thread caches, expandable"
-    p "segments), and the same request stream through glibc and jemalloc (\`-\`"
-    p "where jemalloc is not installed: Debian \`libjemalloc2\`)." ""
+    p "The same run: nanoseconds per operation, the median of five replays of"
+    p "each trace, each from an empty context (classic segments with the thread"
+    p "caches, expandable segments), and the same request stream through glibc"
+    p "and jemalloc (\`-\` where jemalloc is not installed: Debian"
+    p "\`libjemalloc2\`)." ""
     p "| trace | classic | expandable | glibc | jemalloc | classic / jemalloc |" "|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); if (f[7] + 0 >= 0) next
         r = f[14] + 0 > 0 ? sprintf("%.2f×", f[11] / f[14]) : "-"
@@ -127,7 +132,8 @@ if run replay "$B/bench-replay" "$TRACES" "$D/replay.csv"; then
             num(f[13], "%.0f"), num(f[14], "%.0f"), r }' "$D/replay.csv" >> "$PAGE"
     p ""
 else
-    p "## Fragmentation on real traces" ""; failed $? replay
+    failed $? replay
+    p "## Trace replay cost" "" "See above: the same command." ""
 fi
 
 # ----------------------------------------------------------------- alloc
@@ -136,15 +142,17 @@ if run alloc "$B/bench-alloc-cuda" "$D/alloc.csv"; then
     be=$(awk -F, 'NR == 2 { print $1 }' "$D/alloc.csv")
     p "\`$B/bench-alloc-cuda $D/alloc.csv\`, backend $be: the median ns of an"
     p "allocation + free pair (cached: the same size again), on one thread and on"
-    p "each of two threads sharing a context; a miss that creates a segment; the"
-    p "backend's own allocation; glibc's and jemalloc's malloc + free of the same"
-    p "size (\`-\` where jemalloc is not installed)." ""
-    p "| size | gpumem, 1 thread | gpumem, 2 threads (each) | gpumem / jemalloc | miss | backend | glibc | jemalloc |"
-    p "|---|---|---|---|---|---|---|---|"
+    p "the slower of two threads sharing a context; a miss that creates a segment;"
+    p "the backend's own allocation; glibc's and jemalloc's malloc + free of the"
+    p "same size (\`-\` where jemalloc is not installed); on a GPU, CUDA's"
+    p "\`cudaMallocAsync\` + \`cudaFreeAsync\` from a pool that keeps its memory." ""
+    p "| size | gpumem, 1 thread | gpumem, 2 threads | gpumem / jemalloc | miss | backend | glibc | jemalloc | cudaMallocAsync |"
+    p "|---|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); s = f[2] + 0
         sz = s >= 1048576 ? sprintf("%d MiB", s / 1048576) : s >= 1024 ? sprintf("%d KiB", s / 1024) : sprintf("%d B", s)
         r = f[8] + 0 > 0 ? sprintf("%.2f×", f[3] / f[8]) : "-"
-        printf "| %s | %.1f | %.1f | %s | %.0f | %.0f | %.1f | %s |\n", sz, f[3], f[4], r, f[5], f[6], f[7], num(f[8], "%.1f") }' \
+        printf "| %s | %.1f | %.1f | %s | %.0f | %.0f | %.1f | %s | %s |\n", sz, f[3], f[4], r, f[5], f[6], f[7], num(f[8], "%.1f"),
+            num(f[9], "%.1f") }' \
         "$D/alloc.csv" >> "$PAGE"
     p ""
 else failed $? alloc; fi
@@ -156,10 +164,9 @@ if run tier_scale "$B/bench-tier-scale" "$D/tier-scale.csv" "$D/tier-scale.svg" 
     p "tensors, half of them fitting on the device, acquired and released in a"
     p "cycle so that every acquire evicts one tensor and brings one in; ns per"
     p "acquire + release (best of three passes), LRU and learned order, one"
-    p "thread and each of two threads on disjoint tensors; then everything"
-    p "fitting (hits only); the manager's host bytes per tensor. Stops at"
-    p "$TIER_MAX tensors (\`TIER_MAX\`): past that a pass outlasts the"
-    p "benchmark's time limit while a miss costs O(n)." ""
+    p "thread, and each of two threads on disjoint halves (the device then holds"
+    p "half of one thread's tensors); then everything fitting (hits only); the"
+    p "manager's host bytes per tensor. Up to $TIER_MAX tensors (\`TIER_MAX\`)." ""
     p "| tensors | LRU | LRU, 2 threads | learned | learned, 2 threads | hits only | host bytes / tensor |"
     p "|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f)
@@ -192,7 +199,7 @@ if run spill "$B/bench-spill" "$D/spill.csv" "$SPILL_DIR"; then
                 printf "\n" } }' "$D/spill.csv" >> "$PAGE"
     p "" "The rows with the disk tier (host tier a quarter of the working set):"
     p "bytes per step through the link and the disk, and the mean I/O queue"
-    p "depth (of 32) overall and while the disk is the bottleneck." ""
+    p "depth (of 32) while the disk is busy, and while it is the bottleneck." ""
     p "| workload | link GB/s | ratio | way | × bound | link MiB / step | disk MiB / step | queue depth | while disk-bound |"
     p "|---|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); if (f[3] !~ /disk/ || !(f[5] + 0) || f[12] + 0 == 0) next
@@ -208,7 +215,9 @@ if run nvme "$B/bench-nvme" "$SPILL_DIR" 1024 "$D/nvme.csv"; then
     p "the disk tier (device → staging → file and back, \`O_DIRECT\`, 1 MiB"
     p "chunks, depth 32) against fio with the io_uring engine on the same file"
     p "system in the same run (its rows are missing where fio is not installed);"
-    p "MB/s, and in parentheses the ratio to fio's better setup." ""
+    p "MB/s, median of five, and in parentheses the ratio to fio's better setup."
+    p "Depth: fio's is the queue depth it was given; gpumem's the mean depth at"
+    p "submission over its last repetition." ""
     p "| way | write, new file | write, steady | read | mean depth |" "|---|---|---|---|---|"
     awk "$AWKCSV"'function c(b, r) { return sprintf("%.0f%s", b / 1e6, r == "" ? "" : sprintf(" (%.2f)", r)) }
         NR > 1 { split_csv($0, f)
@@ -232,8 +241,9 @@ if [ "$ok" -eq "$RUNS" ]; then
     p "\`$demo $SPILL_DIR $D/demo.svg $D/demoN.csv\` ($RUNS runs; \`make demo\`), backend $be:"
     p "a training-shaped workload with a peak of 872 MiB against a 448 MiB"
     p "budget. Step: the median of the steps after the first; × in memory: the"
-    p "median over the runs, with the range; bytes and peaks from the first run." ""
-    p "| way | result | step ms | × in memory | range | link MiB | disk MiB | peak device | peak host | peak disk | peak unified |"
+    p "median over the runs, with the range; bytes (for the whole run) and peaks"
+    p "(MiB) from the first run." ""
+    p "| way | result | step ms | × in memory | range | link MiB, run | disk MiB, run | peak device | peak host | peak disk | peak unified |"
     p "|---|---|---|---|---|---|---|---|---|---|---|"
     # every run's rows, way by way: median and range of the ratio
     for c in $(seq 1 "$RUNS"); do cat "$D/demo$c.csv" | tail -n +2 | sed "s/^/$c,/"; done |
@@ -298,13 +308,15 @@ if run plan_traces "$B/gm-replay" --plan --csv "$D/plan-traces.csv" "$TRACES"/mi
         "$D/plan-traces.csv" >> "$PAGE"
     p ""
 else
-    p "## Packing problems" ""; failed $? plan_traces
+    failed $? plan_traces
+    p "## Packing problems" "" "See above: the same command." ""
 fi
 
 p "## Planned mode per-request cost" ""
 if run plan "$B/bench-plan" "$D/plan.csv"; then
-    p "\`$B/bench-plan $D/plan.csv\`, sim: a 3,200-request training-shaped step"
-    p "served from a plan against the caching allocator (median over 201 steps),"
+    p "\`$B/bench-plan $D/plan.csv\`, sim: a training-shaped step of 1,600"
+    p "allocations and their frees (3,200 requests) served from a plan against"
+    p "the caching allocator (median over 201 steps),"
     p "then the packer and \`gm_plan_end\` on 10,000-request steps:" ""
     p '```'
     cat "$D/plan.out" >> "$PAGE"
@@ -315,7 +327,7 @@ else failed $? plan; fi
 p "## Tight budgets" ""
 if run frag "$B/sim/test_frag" 6; then
     p "\`$B/sim/test_frag 6\`, sim: 48 tensors of random sizes from a few hundred"
-    p "bytes to 14 MiB, 10 layers of 3 to 7 of them, each layer's working set"
+    p "bytes to 14 MiB, 10 layers of 3 to 8 of them, each layer's working set"
     p "acquired whole (one tensor at a time, or as one batch), 3 passes, LRU"
     p "and learned order; layers refused room at each budget (× the largest"
     p "working set, + 2 MiB), out of 720 layer acquisitions per cell, half of"
@@ -349,7 +361,9 @@ if run caching "$B/caching"; then
     p "**caching** (\`$B/caching\`; \`make caching\`): raw device allocation against"
     p "the cache on a transformer's request stream (on sim a device allocation is"
     p "an mmap)." ""
-    verbatim caching '^A\. raw' '^gm_summary'
+    verbatim caching '^A\. raw' '^gm_summary' before
+    p "and under a budget too small:" ""
+    verbatim caching '^C\. ' '^  gm_check'
 else failed $? caching; fi
 
 mv "$PAGE" "$OUT"
