@@ -169,10 +169,11 @@
     - Complexity (docs/api.md has each call's): with classic segments an
       acquire that evicts k tensors costs O(k log n) when a victim's block
       gives the room (the same size), with LRU or learned victims (a heap
-      by next use); placing a tensor where no block fits yet walks the
-      pool's blocks, as do expandable segments, a custom policy (it sees
-      every candidate) and host-tier victims with a disk tier; a batch of n
-      is O(n^2); gm_tier_step is O(plan + tensors), plus with a disk tier
+      by next use), and a create or bring-in that finds free room weighs
+      only the segments holding a free block large enough; expandable
+      segments walk the pool's blocks, as do a custom policy (it sees every
+      candidate) and host-tier victims with a disk tier; a batch of n is
+      O(n^2); gm_tier_step is O(plan + tensors), plus with a disk tier
       Belady's order, O(plan x tensors held).
 
     THE DISK TIER
@@ -1113,6 +1114,7 @@ struct gm__seg {
     gm__arena* arena;
     gm__block* first;
     uintptr_t key;          /* owner: stream index + 1 for the allocator */
+    uint64_t ord;           /* the arena's count of segments made before it: the list is by ord, descending */
     uint64_t free_epoch;    /* owner's epoch at the last free into it */
     uint64_t tick;          /* context clock at the last free (for gc) */
     size_t mapped;          /* bytes counted as reserved: all of it, or the
@@ -1138,6 +1140,7 @@ struct gm__arena {
     gm__block* spare;       /* recycled block records */
     gm__seg* spare_seg;
     gm__chunk* chunks;      /* record slabs, freed at destroy */
+    uint64_t nord;          /* segments made (for gm__seg.ord) */
     uint32_t rng;
     gm_stats* st;           /* statistics to keep, or NULL */
     int pool;
@@ -3012,9 +3015,10 @@ static GM__HOT void gm__stat_add(gm_stat* s3, int pool, int64_t d) {
    - the treap holds exactly the FREE blocks, ordered by (key, size, addr),
      with each parent's prio >= its children's; a free block's key is its
      segment's key; nfree counts them, and nwhole those that are a whole
-     segment (a block in the tree keeps its neighbours: they change only
-     while it is out), so a walk for whole-free segments is skipped in O(1)
-     when there are none;
+     segment (whether a block in the tree has neighbours changes only while
+     it is out of the tree: a neighbour may be replaced, never added or
+     removed), so a walk for whole-free segments is skipped in O(1) when
+     there are none;
    - with `st` set: segment/reserved_bytes count the segments and
      inactive_split(_bytes) the FREE blocks of segments that have more than
      one block (PyTorch's "non-releasable" memory).
@@ -3195,6 +3199,7 @@ static gm__seg* gm__arena_add_ex(gm__arena* a, uintptr_t base, size_t size, uint
     s->size = size;
     s->arena = a;
     s->key = key;
+    s->ord = a->nord++;
     s->mapped = mapped;
     s->first = b;
     s->next = a->segs;
@@ -3236,6 +3241,20 @@ static gm__block* gm__arena_find(const gm__arena* a, uintptr_t key, size_t size)
         }
     }
     return best && best->key == key ? best : NULL;
+}
+
+/* The free block after b in the tree's order, of b's key; NULL if none. */
+static gm__block* gm__arena_after(const gm__arena* a, const gm__block* b) {
+    gm__block *t = a->root, *best = NULL;
+    while (t) {
+        if (gm__tr_cmp(t, b->key, b->size, b->addr) > 0) {
+            best = t;
+            t = t->l;
+        } else {
+            t = t->r;
+        }
+    }
+    return best && best->key == b->key ? best : NULL;
 }
 
 /* Takes free block b for `size` bytes; splits the rest off as a new free
@@ -8622,6 +8641,13 @@ static gm__vent gm__vh_entry(const gm__tier* tm, const gm__tensor* x) {
     return e;
 }
 
+/* Whether an entry is its tensor's current one (hv may wrap: the rest
+   tells a leftover from long ago apart). */
+static int gm__vh_current(const gm__tier* tm, const gm__vent* e) {
+    const gm__tensor* x = &tm->t[e->i];
+    return x->live && e->hv == x->hv && e->lseq == x->lseq && e->prio == x->priority;
+}
+
 static uint32_t gm__nlisted(const gm__tier* tm) {
     uint32_t j, n = 0;
     for (j = 0; j < tm->nprios; j++) n += tm->prios[j].n;
@@ -8651,6 +8677,7 @@ static int gm__vh_build(gm__tier* tm) {
     for (k = tm->lru; k; k = x->next) {
         x = GM__LRU(tm, k);
         if (x->pinned) continue;
+        if (n == tm->capvh && !gm__vh_room(tm, n + 1)) return 0; /* the levels' count fell short (no memory) */
         x->hv++; /* entries left from an earlier heap are stale */
         tm->vh[n++] = gm__vh_entry(tm, x);
     }
@@ -8702,7 +8729,7 @@ static int gm__vh_top(gm__tier* tm, gm__tensor** out, uint64_t* nu) {
         gm__vent* e = &tm->vh[0];
         gm__tensor* x = &tm->t[e->i];
         uint64_t key;
-        if (!x->live || e->hv != x->hv) { /* stale */
+        if (!gm__vh_current(tm, e)) { /* stale */
             tm->vh[0] = tm->vh[--tm->nvh];
             gm__vh_sift(tm->vh, tm->nvh, 0);
             continue;
@@ -8959,6 +8986,40 @@ static void gm__place_scan(const gm_context* ctx, const gm__tier* tm, gm__seg* s
     }
 }
 
+/* The best place in a classic segment: whether it holds anchored memory,
+   then its places. */
+static void gm__place_classic(const gm_context* ctx, const gm__tier* tm, gm__seg* s, size_t rsize, int evict,
+                              uint32_t nev, gm__spot* best, int* found) {
+    const gm__block* b;
+    int any = 0;
+    for (b = s->first; b && !any; b = b->next) any = gm__place_anchor(tm, b);
+    gm__place_scan(ctx, tm, s, rsize, NULL, any, 0, evict, nev, 0, best, found);
+}
+
+/* Classic segments, nothing to evict: a place lies in one free block of
+   at least rsize (they are coalesced), so only the segments holding one
+   are weighed, found from the free tree (up to GM__PLACE_SEGS segments and
+   GM__PLACE_BLOCKS blocks; past that, 0: the caller walks them all), and
+   visited in the list's order, so that ties go as the walk's would. */
+#define GM__PLACE_SEGS 64
+#define GM__PLACE_BLOCKS 1024
+static int gm__place_indexed(const gm_context* ctx, const gm__tier* tm, int pl, uint32_t si, size_t rsize,
+                             uint32_t nev, gm__spot* best, int* found) {
+    gm__seg* cand[GM__PLACE_SEGS];
+    size_t nc = 0, nb = 0, j, k;
+    const gm__block* f;
+    for (f = gm__arena_find(&ctx->pool[pl], (uintptr_t)si + 1, rsize); f; f = gm__arena_after(&ctx->pool[pl], f)) {
+        if (++nb > GM__PLACE_BLOCKS) return 0;
+        for (j = 0; j < nc && cand[j] != f->seg; j++) {}
+        if (j < nc) continue;
+        if (nc == GM__PLACE_SEGS) return 0;
+        for (k = nc++; k && cand[k - 1]->ord < f->seg->ord; k--) cand[k] = cand[k - 1]; /* newest first, as listed */
+        cand[k] = f->seg;
+    }
+    for (k = 0; k < nc; k++) gm__place_classic(ctx, tm, cand[k], rsize, 0, nev, best, found);
+    return 1;
+}
+
 /* Places x: a free place, else (with `evict`) the best place whose
    tensors leave first. GM_OK with x->dev set; GM_ERR_OUT_OF_MEMORY when
    there is no place; *progress: tensors left (ask again). */
@@ -8979,6 +9040,7 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
        are coalesced), so with none large enough there is nothing to weigh,
        found in O(log b) (a miss on a full device costs no walk) */
     if (!evict && !ctx->va_gran && !gm__arena_find(&ctx->pool[pl], (uintptr_t)si + 1, rsize)) goto out;
+    if (!evict && !ctx->va_gran && gm__place_indexed(ctx, tm, pl, si, rsize, nev, &best, &found)) goto weighed;
     if (ctx->va_gran) { /* pages the budget may map, with idle pages given back */
         int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
         spare = (uint64_t)resv < (uint64_t)ctx->budget ? (ctx->budget - (size_t)resv) / ctx->va_gran : 0;
@@ -8988,7 +9050,6 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
         for (s = ctx->pool[q].segs; s; s = s->next) {
             uint8_t* held = NULL;
             const gm__block* b;
-            int any = 0;
             if (s->key != (uintptr_t)si + 1 || s->size < rsize) continue;
             if (s->va) {
                 const gm__vseg* v = s->va;
@@ -9002,10 +9063,10 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
                 gm__place_scan(ctx, tm, s, rsize, held, 0, spare + idle, evict, nev, q != pl, &best, &found);
                 GPUMEM_FREE(held);
             } else {
-                for (b = s->first; b && !any; b = b->next) any = gm__place_anchor(tm, b);
-                gm__place_scan(ctx, tm, s, rsize, NULL, any, 0, evict, nev, q != pl, &best, &found);
+                gm__place_classic(ctx, tm, s, rsize, evict, nev, &best, &found);
             }
         }
+weighed:
     if (found && best.evicts) { /* the tensors in the way leave (tm->mu held: they stay what they were) */
         const gm__block* b;
         uint32_t n = 0, k, *go;
@@ -10498,12 +10559,11 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                 continue;
             }
             x = &tm->t[e->i];
-            if (!x->live || e->hv != x->hv) continue; /* stale */
+            if (!gm__vh_current(tm, e)) continue; /* stale */
             if (seen) seen[e->i]++;
-            if (e->prio != x->priority || e->lseq != x->lseq || e->key < gm__vh_key(tm, e->i))
-                gm__broken(ck, "tier: tensor %#x's learned victims' entry is not current (priority %d, key %llu; "
-                           "the tensor's %d, %llu)", gm__handle_id(tm, x), e->prio, (unsigned long long)e->key,
-                           x->priority, (unsigned long long)gm__vh_key(tm, e->i));
+            if (e->key < gm__vh_key(tm, e->i))
+                gm__broken(ck, "tier: tensor %#x's learned victims' entry has key %llu, below its next use %llu",
+                           gm__handle_id(tm, x), (unsigned long long)e->key, (unsigned long long)gm__vh_key(tm, e->i));
         }
         for (j = tm->lru; seen && j; j = GM__LRU(tm, j)->next) {
             x = GM__LRU(tm, j);
