@@ -167,11 +167,11 @@ if run tier_scale "$B/bench-tier-scale" "$D/tier-scale.csv" "$D/tier-scale.svg" 
     p "thread, and each of two threads on disjoint halves (the device then holds"
     p "half of one thread's tensors); then everything fitting (hits only); the"
     p "manager's host bytes per tensor. Up to $TIER_MAX tensors (\`TIER_MAX\`)." ""
-    p "| tensors | LRU | LRU, 2 threads | learned | learned, 2 threads | hits only | host bytes / tensor |"
-    p "|---|---|---|---|---|---|---|"
+    p "| tensors | LRU | LRU, 2 threads | learned | learned, 2 threads | hits only | host bytes / tensor | note |"
+    p "|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f)
         printf "| %d | %s | %s | %s | %s | %.0f | %d |%s\n", f[1], num(f[2], "%.0f"), num(f[3], "%.0f"), num(f[4], "%.0f"),
-            num(f[5], "%.0f"), f[6], f[7], f[8] + 0 ? " (a pass stopped at the time limit)" : "" }' \
+            num(f[5], "%.0f"), f[6], f[7], f[8] + 0 ? " a pass stopped at the time limit |" : " |" }' \
         "$D/tier-scale.csv" >> "$PAGE"
     p "" "$(awk "$AWKCSV"'NR == 2 { split_csv($0, f); printf "One 4 KiB copy and its wait cost %.1f µs on sim beyond its modelled link time (median of 201).", f[9] / 1000 }' "$D/tier-scale.csv")" ""
 else failed $? tier_scale; fi
