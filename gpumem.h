@@ -899,10 +899,11 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
    their lifetimes' lengths in the caller's clock: where that clock is real
    time (a schedule's, a trace's), it packs hard inputs much closer than
    event indices let it (a recording gets it from gm_plan_mark).
-   GM_ERR_INVALID_ARGUMENT (nothing written) for NULL pointers, more than
-   2^32 - 1 requests, end <= start, a size of 0, an align above 2^62, or
-   sizes that, rounded up to align, sum past 2^62 (so no offset or sum can
-   wrap); GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
+   GM_ERR_INVALID_ARGUMENT for NULL pointers or more than 2^32 - 1
+   requests (nothing written), and for end <= start, a size of 0, an align
+   above 2^62, or sizes that, rounded up to align, sum past 2^62, so that no
+   offset or sum can wrap (no offset written, *region 0);
+   GM_ERR_HOST_OUT_OF_MEMORY if its scratch cannot be had. */
 typedef struct gm_plan_req {
     uint64_t size;
     uint64_t start, end; /* live in [start, end) */
