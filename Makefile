@@ -227,7 +227,7 @@ bench: $(B)/bench-alloc $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill
 
 # make figures: every benchmark and measuring example, run once (the demo
 # three times), and docs/measured.md written from their CSV and tables
-# (about ten minutes). TIER_MAX=N caps bench-tier-scale's tensor count.
+# (about a quarter of an hour on two cores). TIER_MAX=N caps bench-tier-scale's tensor count.
 figures: $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvme $(B)/bench-spill-vs-oom $(B)/bench-plan \
 		$(B)/bench-tier-scale $(B)/demo $(B)/train_mlp $(B)/train_gpt $(B)/planned $(B)/caching $(B)/sim/test_frag tools
 	@if [ -x $(CUDA_HOME)/bin/nvcc ]; then $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1 || true; fi
