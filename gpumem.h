@@ -9037,10 +9037,8 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
     pthread_mutex_lock(&ctx->mu);
     ctx->dev_err = GM_OK;
     if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto out;
-    /* classic segments, nothing to evict: a place is one free block (they
-       are coalesced), so with none large enough there is nothing to weigh,
-       found in O(log b) (a miss on a full device costs no walk) */
-    if (!evict && !ctx->va_gran && !gm__arena_find(&ctx->pool[pl], (uintptr_t)si + 1, rsize)) goto out;
+    /* classic segments, nothing to evict: only the segments the free tree
+       names are weighed (none on a full device: a miss walks nothing) */
     if (!evict && !ctx->va_gran && gm__place_indexed(ctx, tm, pl, si, rsize, nev, &best, &found)) goto weighed;
     if (ctx->va_gran) { /* pages the budget may map, with idle pages given back */
         int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;

@@ -341,30 +341,26 @@ else failed $? frag; fi
 p "## Examples" ""
 p "Each example checks its own result; these are the tables they print."
 p "All run on sim here." ""
-if run train_mlp "$B/train_mlp"; then
-    p "**train_mlp** (\`$B/train_mlp\`; \`make train-mlp\`): an 8-layer MLP under"
-    p "budgets of 100%, 50% and 25% of its footprint." ""
-    verbatim train_mlp '^run +budget' '^\(footprint'
-else failed $? train_mlp; fi
-if run train_gpt "$B/train_gpt"; then
-    p "**train_gpt** (\`$B/train_gpt\`; \`make train-gpt\`): a GPT-shaped"
-    p "transformer under budgets of 50% and 25% of its peak, with access modes"
-    p "and the old way." ""
-    verbatim train_gpt '^run ' '^total'
-else failed $? train_gpt; fi
-if run planned "$B/planned"; then
-    p "**planned** (\`$B/planned\`; \`make planned\`): planned mode against the"
-    p "caching allocator on a transformer-shaped step." ""
-    verbatim planned '^peak reserved' '^planned'
-else failed $? planned; fi
-if run caching "$B/caching"; then
-    p "**caching** (\`$B/caching\`; \`make caching\`): raw device allocation against"
-    p "the cache on a transformer's request stream (on sim a device allocation is"
-    p "an mmap)." ""
-    verbatim caching '^A\. raw' '^gm_summary' before
+# example NAME WHAT FROM TO [before]: runs build/NAME (make NAME, with
+# dashes) and shows its table; 1 when it failed
+example() {
+    if run "$1" "$B/$1"; then
+        p "**$1** (\`$B/$1\`; \`make $(printf %s "$1" | tr _ -)\`): $2" ""
+        verbatim "$1" "$3" "$4" "${5:-}"
+        return 0
+    fi
+    failed $? "$1"
+    return 1
+}
+example train_mlp "an 8-layer MLP under budgets of 100%, 50% and 25% of its footprint." '^run +budget' '^\(footprint'
+example train_gpt "a GPT-shaped transformer under budgets of 50% and 25% of its peak, with access modes and the old way." \
+    '^run ' '^total'
+example planned "planned mode against the caching allocator on a transformer-shaped step." '^peak reserved' '^planned'
+if example caching "raw device allocation against the cache on a transformer's request stream (on sim a device allocation is an mmap)." \
+    '^A\. raw' '^gm_summary' before; then
     p "and under a budget too small:" ""
     verbatim caching '^C\. ' '^  gm_check'
-else failed $? caching; fi
+fi
 
 mv "$PAGE" "$OUT"
 echo "figures: wrote $OUT"
