@@ -266,6 +266,7 @@
       disk_chunk:1M       disk_chunk (4K..64M)         1 MiB
       sim_capacity:16G    sim.capacity (up to 4T)      16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
+      sim_inline:on|off   sim.run_inline               off
 
     expandable:on gives each pool and stream one large reserved address
     range instead of separate segments; 2 MiB pages are mapped when a block
@@ -493,6 +494,12 @@ typedef struct gm_sim_desc {
     double device_bytes_per_s;  /* device->device; 0: unlimited */
     uint64_t fail_device_alloc; /* the Nth device allocation fails; 0: never */
     uint64_t fail_copy;         /* the Nth async copy fails; 0: never */
+    gm_toggle run_inline;       /* GM_TOGGLE_ON: an op the model gives no time (a copy of up to
+                                   1 MiB over an unlimited link) queued on an idle stream runs at
+                                   once in the calling thread, with no hand-off to the stream's
+                                   thread: for measuring host-side costs. Default off: copies run
+                                   on the stream's thread, concurrently with the host, as on a
+                                   device */
 } gm_sim_desc;
 
 /* Zero means default in every field. */
@@ -1410,6 +1417,7 @@ GM__ENUM_SET(gm__set_fallback, fallback, gm_fallback)
 GM__ENUM_SET(gm__set_log, log_level, gm_log_level)
 GM__ENUM_SET(gm__set_disk_io, disk_io, gm_disk_io)
 GM__ENUM_SET(gm__set_disk_checksum, disk_checksum, gm_toggle)
+GM__ENUM_SET(gm__set_sim_inline, sim.run_inline, gm_toggle)
 static const struct {
     const char* key;
     const char* const* words;
@@ -1419,6 +1427,7 @@ static const struct {
     {"caching", gm__w_toggle, gm__set_caching},      {"fallback", gm__w_fallback, gm__set_fallback},
     {"log", gm__w_log, gm__set_log},                 {"disk_io", gm__w_disk_io, gm__set_disk_io},
     {"disk_checksum", gm__w_toggle, gm__set_disk_checksum}, {"thread_cache", gm__w_toggle, gm__set_thread_cache},
+    {"sim_inline", gm__w_toggle, gm__set_sim_inline},
 };
 
 /* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
@@ -1688,7 +1697,14 @@ static void* gm__map_del(gm__ptrmap* m, uintptr_t k) {
 /* >>sim -------------------------------------------------------------------
    The simulated device. Memory: one MAP_NORESERVE mapping per allocation,
    counted against `capacity`. Streams: a worker thread each, running ops in
-   FIFO order; `completed` only grows and never passes `submitted`. An event
+   FIFO order; `completed` only grows and never passes `submitted`. The
+   worker is woken (cv) only when it sleeps for want of work (idle), and
+   waiters for progress (done_cv) only when there are some (waiters): each
+   wake-up is a futex hand-off that costs more than a small copy. A wait
+   for an event already complete queues nothing. With run_inline, a copy
+   the model gives no time queued on an idle stream (head empty: all before
+   it is done) runs at once in the calling thread, under the stream's
+   lock, so nothing can be queued behind it before it completes. An event
    is (stream, seq): complete once stream->completed >= seq. Destroyed
    streams are drained and retired but kept until shutdown, so events on
    them stay valid and a handle is never reused. Copies hold a link, one per
@@ -1720,10 +1736,13 @@ struct gm__sim_stream {
     struct gm__sim* sim;
     pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t cv;     /* work arrived, or progress made */
+    pthread_cond_t cv;     /* work arrived (or stop): the worker waits on it */
+    pthread_cond_t done_cv;/* progress made: waiters for `completed` wait on it */
     gm__sim_op *head, *tail;
     uint64_t submitted, completed;
     int stop, retired;
+    int idle;              /* the worker waits on cv: an enqueue must wake it */
+    uint32_t waiters;      /* threads waiting on done_cv: a completion wakes them */
     gm__sim_stream* next;
 };
 
@@ -1756,6 +1775,7 @@ typedef struct gm__sim {
     uint64_t link_free_at[GM__LINKS];
     uint64_t link_bytes[GM__LINKS], link_busy_ns[GM__LINKS];
     double rate[GM__LINKS];
+    int run_inline;        /* desc.sim.run_inline */
     gm__sim_stream* streams;
     gm__sim_stream* def;
     gm__ptrmap maps;       /* every mapping: base -> page-rounded length + kind + 1
@@ -1974,13 +1994,26 @@ static uint64_t gm__sim_migrate(gm__sim* sim, const void* p, size_t n, int to_de
     return t;
 }
 
+/* Until s has completed seq ops. */
+static void gm__sim_wait(gm__sim_stream* s, uint64_t seq) {
+    pthread_mutex_lock(&s->mu);
+    s->waiters++;
+    while (s->completed < seq) pthread_cond_wait(&s->done_cv, &s->mu);
+    s->waiters--;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void* gm__sim_worker(void* arg) {
     gm__sim_stream* s = (gm__sim_stream*)arg;
     gm__sim* sim = s->sim;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         gm__sim_op* op;
-        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->head && !s->stop) {
+            s->idle = 1;
+            pthread_cond_wait(&s->cv, &s->mu);
+            s->idle = 0;
+        }
         if (!s->head) break;
         op = s->head;
         pthread_mutex_unlock(&s->mu);
@@ -2020,15 +2053,13 @@ static void* gm__sim_worker(void* arg) {
         } else if (op->kind == GM__SIM_HOST) {
             op->fn(op->user);
         } else {
-            pthread_mutex_lock(&op->ws->mu);
-            while (op->ws->completed < op->wseq) pthread_cond_wait(&op->ws->cv, &op->ws->mu);
-            pthread_mutex_unlock(&op->ws->mu);
+            gm__sim_wait(op->ws, op->wseq);
         }
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
         if (!s->head) s->tail = NULL;
         s->completed++;
-        pthread_cond_broadcast(&s->cv);
+        if (s->waiters) pthread_cond_broadcast(&s->done_cv); /* no one waiting: no wake-up to pay for */
         GPUMEM_FREE(op);
     }
     pthread_mutex_unlock(&s->mu);
@@ -2043,8 +2074,10 @@ static gm_result gm__sim_new_stream(gm_context* ctx, gm__sim_stream** out) {
     s->sim = sim;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
     if (pthread_create(&s->th, NULL, gm__sim_worker, s) != 0) {
         pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->done_cv);
         pthread_mutex_destroy(&s->mu);
         GPUMEM_FREE(s);
         gm__log(ctx, GM_LOG_ERROR, "sim: cannot start a stream thread");
@@ -2085,10 +2118,35 @@ static gm__sim_stream* gm__sim_get(gm_context* ctx, gm_stream st) {
     return gm__sim_stream_valid(ctx, st) ? (gm__sim_stream*)st : NULL;
 }
 
+/* Whether op may run in the caller's thread (sim->run_inline): a copy the
+   model gives no time, small enough that running it here costs the caller
+   little. */
+static int gm__sim_instant(const gm__sim* sim, const gm__sim_op* op) {
+    return sim->run_inline && op->kind == GM__SIM_COPY && !op->managed && op->n <= GM__MIB &&
+           (op->link == GM__LINK_NONE || sim->rate[op->link] <= 0);
+}
+
 static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl) {
     gm__sim_stream* s = gm__sim_get(ctx, st);
     gm__sim_op* op;
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
+    if (gm__sim_instant(s->sim, tmpl)) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->stop && !s->head) { /* idle: everything queued before it is done */
+            if (tmpl->dst != tmpl->src) memmove(tmpl->dst, tmpl->src, tmpl->n);
+            s->submitted++;
+            s->completed++;
+            if (s->waiters) pthread_cond_broadcast(&s->done_cv);
+            pthread_mutex_unlock(&s->mu);
+            if (tmpl->link != GM__LINK_NONE) {
+                pthread_mutex_lock(&s->sim->mu);
+                s->sim->link_bytes[tmpl->link] += tmpl->n;
+                pthread_mutex_unlock(&s->sim->mu);
+            }
+            return GM_OK;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
     op = (gm__sim_op*)GPUMEM_MALLOC(sizeof *op);
     if (!op) return GM_ERR_HOST_OUT_OF_MEMORY;
     *op = *tmpl;
@@ -2103,7 +2161,7 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
     else s->head = op;
     s->tail = op;
     s->submitted++;
-    pthread_cond_broadcast(&s->cv);
+    if (s->idle) pthread_cond_signal(&s->cv); /* a busy worker finds it without a wake-up */
     pthread_mutex_unlock(&s->mu);
     return GM_OK;
 }
@@ -2118,6 +2176,7 @@ static gm_result gm__sim_init(gm_context* ctx) {
     sim->fail_at[GM_SIM_FAULT_COPY] = ctx->desc.sim.fail_copy;
     sim->rate[GM__LINK_H2D] = sim->rate[GM__LINK_D2H] = ctx->desc.sim.link_bytes_per_s;
     sim->rate[GM__LINK_D2D] = ctx->desc.sim.device_bytes_per_s;
+    sim->run_inline = ctx->desc.sim.run_inline == GM_TOGGLE_ON;
     ctx->bs = sim;
     ctx->dev_align = 4096; /* whole pages */
     ctx->total = sim->capacity;
@@ -2138,6 +2197,7 @@ static void gm__sim_shutdown(gm_context* ctx) {
         next = s->next;
         if (!s->retired) gm__sim_retire(s);
         pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->done_cv);
         pthread_mutex_destroy(&s->mu);
         GPUMEM_FREE(s);
     }
@@ -2420,12 +2480,6 @@ static gm_result gm__sim_stream_destroy(gm_context* ctx, gm_stream st) {
     return GM_OK;
 }
 
-static void gm__sim_wait(gm__sim_stream* s, uint64_t seq) {
-    pthread_mutex_lock(&s->mu);
-    while (s->completed < seq) pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-}
-
 static gm_result gm__sim_stream_sync(gm_context* ctx, gm_stream st) {
     gm__sim_stream* s = gm__sim_get(ctx, st);
     uint64_t seq;
@@ -2499,7 +2553,12 @@ static gm_result gm__sim_event_sync(gm_context* ctx, void* ev) {
 static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* ev) {
     gm__sim_event* e = (gm__sim_event*)ev;
     gm__sim_op op;
+    int done;
     if (!e->s) return GM_OK;
+    pthread_mutex_lock(&e->s->mu);
+    done = e->s->completed >= e->seq;
+    pthread_mutex_unlock(&e->s->mu);
+    if (done) return gm__sim_get(ctx, st) ? GM_OK : GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
     memset(&op, 0, sizeof op);
     op.kind = GM__SIM_WAIT;
     op.ws = e->s;

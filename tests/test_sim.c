@@ -426,6 +426,72 @@ static void test_backend_choice(void) {
     T_CHECK(strcmp(gm_result_string((gm_result)-999), "unknown result") == 0);
 }
 
+/* sim.run_inline: a small copy queued on an idle stream has completed when
+   the call returns (no hand-off to the stream's thread), and counts on its
+   link; one queued behind work still waits for it, in order; a copy over a
+   modelled link, or a large one, still goes to the stream's thread. */
+static void test_run_inline(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_stream s;
+    t_gate g;
+    void *dev, *ev;
+    unsigned char h[4096], back[4096];
+    uint64_t bytes = 0, busy = 0;
+    size_t i, bad = 0;
+    if (!t_sim) return;
+    d.sim.run_inline = GM_TOGGLE_ON;
+    ctx = t_setup(d);
+    for (i = 0; i < sizeof h; i++) h[i] = (unsigned char)(i * 7 + 1);
+    memset(back, 0, sizeof back);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &dev, sizeof h, s));
+    T_OK(gm_stream_synchronize(ctx, s));
+    T_OK(ctx->be->event_create(ctx, &ev));
+    T_OK(gm_memcpy_async(ctx, dev, h, sizeof h, GM_COPY_HOST_TO_DEVICE, s));
+    T_OK(ctx->be->event_record(ctx, ev, s));
+    T_OK(ctx->be->event_query(ctx, ev)); /* done already: it ran in this thread */
+    T_OK(gm_sim_link_stats(ctx, 0, &bytes, &busy));
+    T_EQ(bytes, sizeof h);
+    /* behind a host function that has not run, a copy waits its turn */
+    t_gate_init(&g);
+    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g));
+    T_OK(gm_memcpy_async(ctx, back, dev, sizeof back, GM_COPY_DEVICE_TO_HOST, s));
+    T_OK(ctx->be->event_record(ctx, ev, s));
+    T_EQ(ctx->be->event_query(ctx, ev), GM_NOT_READY);
+    for (i = 0; i < sizeof back; i++) bad += back[i] != 0;
+    T_EQ(bad, 0);
+    t_gate_open(&g);
+    T_OK(gm_stream_synchronize(ctx, s));
+    for (i = 0; i < sizeof back; i++) bad += back[i] != h[i];
+    T_EQ(bad, 0);
+    T_OK(ctx->be->event_destroy(ctx, ev));
+    T_OK(gm_free(ctx, dev));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+    t_gate_done(&g, 0);
+    /* the option by name, and a modelled link: the copy is the stream thread's */
+    d = t_desc();
+    d.conf = "sim_inline:on,sim_link:1G";
+    ctx = t_setup(d);
+    T_OK(gm_stream_create(ctx, &s));
+    T_OK(gm_alloc(ctx, &dev, 64 * sizeof h, s));
+    T_OK(gm_stream_synchronize(ctx, s));
+    T_OK(ctx->be->event_create(ctx, &ev));
+    {
+        unsigned char* big = (unsigned char*)calloc(64, sizeof h);
+        T_OK(gm_memcpy_async(ctx, dev, big, 64 * sizeof h, GM_COPY_HOST_TO_DEVICE, s)); /* 256 KiB at 1 GB/s */
+        T_OK(ctx->be->event_record(ctx, ev, s));
+        T_EQ(ctx->be->event_query(ctx, ev), GM_NOT_READY);
+        T_OK(gm_stream_synchronize(ctx, s));
+        free(big);
+    }
+    T_OK(ctx->be->event_destroy(ctx, ev));
+    T_OK(gm_free(ctx, dev));
+    T_OK(gm_stream_destroy(ctx, s));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_backend_choice();
     test_async_and_ordered();
@@ -434,5 +500,6 @@ int main(void) {
     test_faults_and_capacity();
     test_big_untouched();
     test_unified_memory();
+    test_run_inline();
     return t_done();
 }
