@@ -7795,6 +7795,9 @@ typedef struct gm__tier {
     gm__vent* vh;           /* learned victims (>>tier: learned victims) */
     uint32_t nvh, capvh;
     int vh_ok;              /* the heap holds what its invariants say; else it is built when next asked */
+    int vh_jumped;          /* it was cleared by a long jump of the position (see gm__vh_top) */
+    uint64_t vh_built;      /* tm->clock at the last build */
+    uint64_t vh_builds;     /* builds so far (for tests) */
 } gm__tier;
 
 #define GM__IN(tm) ((tm)->tk[GM__TK_IN].s)
@@ -8666,7 +8669,12 @@ static uint64_t gm__next_use(const gm__tier* tm, uint32_t i) {
    - a push past twice the listed tensors plus 64 entries rebuilds the heap
      instead (stale entries do not pile up).
    A new plan, another phase, or a change of the phase expected next clears
-   vh_ok; the next choice rebuilds the heap from the list, O(n). */
+   vh_ok; the next choice rebuilds the heap from the list, O(n). So does a
+   long jump, except within n/8 operations of the last build (n listed
+   tensors): then the victim is the LRU list's (the lowest priority's
+   least recently released) until that many have passed, so that
+   acquires that keep jumping around the plan (threads interleaving their
+   steps) cost O(1) amortized, not O(n) each. */
 static uint64_t gm__vh_key(const gm__tier* tm, uint32_t i) {
     uint64_t nu = gm__next_use(tm, i);
     return nu == GM__NEVER ? GM__NEVER : nu + (tm->pos < tm->nplan ? tm->pos : tm->nplan) - 1;
@@ -8744,6 +8752,9 @@ static int gm__vh_build(gm__tier* tm) {
     tm->nvh = n;
     for (k = n / 2; k-- > 0;) gm__vh_sift(tm->vh, n, k);
     tm->vh_ok = 1;
+    tm->vh_jumped = 0;
+    tm->vh_built = tm->clock;
+    tm->vh_builds++;
     return 1;
 }
 
@@ -8768,6 +8779,7 @@ static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur) {
     if (!tm->vh_ok || tm->pos <= was) return; /* backwards, next uses only come sooner */
     if (tm->cur != cur || tm->pos - was > 256) {
         tm->vh_ok = 0;
+        tm->vh_jumped = tm->cur == cur;
         return;
     }
     for (q = was; q < tm->pos && q < tm->nplan; q++) {
@@ -8781,9 +8793,11 @@ static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur) {
 
 /* The learned victim: 1 with *out (NULL: none) and *nu, its next use from
    now; 0 when the heap cannot say (no memory for it, or the top is held
-   for the moment), and the walk decides. */
+   for the moment), and the walk decides; 2 when a long jump cleared the
+   heap soon after it was built: the LRU list's victim for now. */
 static int gm__vh_top(gm__tier* tm, gm__tensor** out, uint64_t* nu) {
     *out = NULL;
+    if (!tm->vh_ok && tm->vh_jumped && tm->clock - tm->vh_built < gm__nlisted(tm) / 8) return 2;
     if (!tm->vh_ok && !gm__vh_build(tm)) return 0;
     while (tm->nvh) {
         gm__vent* e = &tm->vh[0];
@@ -8816,10 +8830,16 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
     gm__tensor *x, *best = NULL;
     uint64_t best_next = 0;
     uint32_t k, n = 0;
-    if (GM__PLANNED(tm) && !clean_only && !swap && gm__vh_top(tm, &x, &best_next)) {
-        if (!x || !tm->evict_after || best_next > tm->evict_after) return x;
-        if (tm->nprios <= 1) return NULL; /* every one comes sooner than what room is made for */
-        best_next = 0; /* another priority level may have one: the walk decides */
+    int planned = GM__PLANNED(tm), top;
+    if (planned && !clean_only && !swap && (top = gm__vh_top(tm, &x, &best_next)) != 0) {
+        if (top == 2) { /* LRU order for now; a prefetch, which may evict only what is used after it, waits */
+            if (tm->evict_after) return NULL;
+            planned = 0;
+        } else {
+            if (!x || !tm->evict_after || best_next > tm->evict_after) return x;
+            if (tm->nprios <= 1) return NULL; /* every one comes sooner than what room is made for */
+            best_next = 0; /* another priority level may have one: the walk decides */
+        }
     }
     for (k = tm->lru; k; k = x->next) {
         uint64_t nu;
@@ -8838,7 +8858,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
             tm->cand[n++] = gm__handle(ctx, x->gen, k - 1);
             continue;
         }
-        nu = GM__PLANNED(tm) ? gm__next_use(tm, k - 1) : 0;
+        nu = planned ? gm__next_use(tm, k - 1) : 0;
         if (tm->evict_after && nu <= tm->evict_after) continue; /* needed before what we make room for */
         if (!best || x->priority < best->priority || (x->priority == best->priority && nu > best_next)) {
             best = x;
@@ -8846,7 +8866,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
         }
         /* none later can beat the first of the lowest priority listed: by LRU the earlier wins a tie, and
            by next use nothing is farther than never */
-        if (tm->nprios && x->priority == tm->prios[0].prio && (!GM__PLANNED(tm) || nu == GM__NEVER)) break;
+        if (tm->nprios && x->priority == tm->prios[0].prio && (!planned || nu == GM__NEVER)) break;
     }
     if (tm->policy == GM_EVICT_CUSTOM && tm->vfn && n) {
         size_t c = tm->vfn(ctx, tm->cand, n, tm->vuser);

@@ -1098,6 +1098,58 @@ static void test_discard(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Acquires that keep jumping around the plan, as two threads' steps
+   interleaved on one context: runs of 8..64 acquires from one half of the
+   learned order, then from the other. Each switch is a departure that
+   moves the plan position by about half the plan; a jump over 256
+   positions used to clear the victims' heap and rebuild it at the next
+   eviction, O(n) per switch. Now a rebuild comes at most once per n/8
+   ticks of the tier's clock (two per acquire + release; LRU victims in
+   between), O(1) amortized. gm_check holds throughout. */
+static void test_learned_jumps(void) {
+    enum { L = 8192, OPS = 12000 };
+    gm_context* ctx = tier_ctx((size_t)L / 2 * 4 * KiB, (size_t)L * 8 * KiB, GM_FALLBACK_DEFAULT);
+    gm__tier* tm;
+    gm_tensor* t = (gm_tensor*)calloc(L, sizeof *t);
+    unsigned long long seed = 11;
+    uint64_t builds0;
+    long k, at[2] = {0, 0}, switches = 0;
+    int i, half = 0, run = 0;
+    void* p;
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < L; i++) T_OK(gm_tensor_create(ctx, &t[i], 4 * KiB));
+    for (k = 0; k < 2; k++) { /* learn the order 0 .. L-1 */
+        for (i = 0; i < L; i++) {
+            T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+            T_OK(gm_tensor_release(ctx, t[i], NULL, 0));
+        }
+        T_OK(gm_tier_step(ctx));
+    }
+    tm = (gm__tier*)ctx->tier;
+    builds0 = tm->vh_builds;
+    for (k = 0; k < OPS; k++) {
+        int j;
+        if (run == 0) {
+            half ^= 1;
+            run = 8 + (int)(t_rand_r(&seed) % 57);
+            switches++;
+        }
+        run--;
+        j = half * (L / 2) + (int)(at[half]++ % (L / 2));
+        T_OK(gm_tensor_acquire(ctx, t[j], NULL, &p));
+        T_OK(gm_tensor_release(ctx, t[j], NULL, 0));
+        if (k % 1000 == 999) T_EQ(gm_check(ctx), 0);
+    }
+    printf("learned order, jumping: %d ops, %ld switches between halves, %llu heap builds\n", OPS, switches,
+           (unsigned long long)(tm->vh_builds - builds0));
+    T_CHECK(tm->vh_builds - builds0 <= 2 * (uint64_t)OPS / (L / 2 / 8) + 4); /* about L / 2 listed */
+    T_CHECK(tm->vh_builds - builds0 < (uint64_t)switches / 2);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < L; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    free(t);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -1110,6 +1162,7 @@ int main(int argc, char** argv) {
     test_prefetch();
     test_learned_order();
     test_learned_victims(argc > 1 ? atol(argv[1]) : WALK_STEPS);
+    test_learned_jumps();
     test_regressions();
     test_host_giveback();
     test_custom_policy();
