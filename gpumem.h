@@ -1994,6 +1994,23 @@ static uint64_t gm__sim_migrate(gm__sim* sim, const void* p, size_t n, int to_de
     return t;
 }
 
+/* A copy on `link` ended: its bytes and the time it held the link, from
+   start to done. */
+static void gm__sim_link_done(gm__sim* sim, int link, size_t n, uint64_t start, uint64_t done) {
+    if (link == GM__LINK_NONE) return;
+    pthread_mutex_lock(&sim->mu);
+    sim->link_bytes[link] += n;
+    sim->link_busy_ns[link] += done > start ? done - start : 0;
+    if (done > sim->link_free_at[link]) sim->link_free_at[link] = done;
+    pthread_mutex_unlock(&sim->mu);
+}
+
+/* The stream's next op completed (s->mu held): its waiters, if any, see it. */
+static void gm__sim_completed(gm__sim_stream* s) {
+    s->completed++;
+    if (s->waiters) pthread_cond_broadcast(&s->done_cv); /* no one waiting: no wake-up to pay for */
+}
+
 /* Until s has completed seq ops. */
 static void gm__sim_wait(gm__sim_stream* s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
@@ -2037,13 +2054,7 @@ static void* gm__sim_worker(void* arg) {
             if (end) gm__sleep_until_ns(end);
             else if (start > t0) gm__sleep_until_ns(start);
             done = gm__now_ns();
-            if (op->link != GM__LINK_NONE) {
-                pthread_mutex_lock(&sim->mu);
-                sim->link_bytes[op->link] += op->n;
-                sim->link_busy_ns[op->link] += done > start ? done - start : 0;
-                if (done > sim->link_free_at[op->link]) sim->link_free_at[op->link] = done;
-                pthread_mutex_unlock(&sim->mu);
-            }
+            gm__sim_link_done(sim, op->link, op->n, start, done);
         } else if (op->kind == GM__SIM_MIGRATE) {
             uint64_t end;
             pthread_mutex_lock(&sim->mu);
@@ -2058,8 +2069,7 @@ static void* gm__sim_worker(void* arg) {
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
         if (!s->head) s->tail = NULL;
-        s->completed++;
-        if (s->waiters) pthread_cond_broadcast(&s->done_cv); /* no one waiting: no wake-up to pay for */
+        gm__sim_completed(s);
         GPUMEM_FREE(op);
     }
     pthread_mutex_unlock(&s->mu);
@@ -2135,14 +2145,9 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
         if (!s->stop && !s->head) { /* idle: everything queued before it is done */
             if (tmpl->dst != tmpl->src) memmove(tmpl->dst, tmpl->src, tmpl->n);
             s->submitted++;
-            s->completed++;
-            if (s->waiters) pthread_cond_broadcast(&s->done_cv);
+            gm__sim_completed(s);
             pthread_mutex_unlock(&s->mu);
-            if (tmpl->link != GM__LINK_NONE) {
-                pthread_mutex_lock(&s->sim->mu);
-                s->sim->link_bytes[tmpl->link] += tmpl->n;
-                pthread_mutex_unlock(&s->sim->mu);
-            }
+            gm__sim_link_done(s->sim, tmpl->link, tmpl->n, 0, 0); /* its bytes; no modelled time */
             return GM_OK;
         }
         pthread_mutex_unlock(&s->mu);
@@ -2553,12 +2558,8 @@ static gm_result gm__sim_event_sync(gm_context* ctx, void* ev) {
 static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* ev) {
     gm__sim_event* e = (gm__sim_event*)ev;
     gm__sim_op op;
-    int done;
     if (!e->s) return GM_OK;
-    pthread_mutex_lock(&e->s->mu);
-    done = e->s->completed >= e->seq;
-    pthread_mutex_unlock(&e->s->mu);
-    if (done) return gm__sim_get(ctx, st) ? GM_OK : GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
+    if (gm__sim_event_query(ctx, ev) == GM_OK && gm__sim_get(ctx, st)) return GM_OK; /* nothing to wait for */
     memset(&op, 0, sizeof op);
     op.kind = GM__SIM_WAIT;
     op.ws = e->s;

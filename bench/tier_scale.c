@@ -78,8 +78,7 @@ static double pass(cfg* c, size_t* done) {
             break;
         }
     }
-    gm_stream_synchronize(c->ctx, c->s); /* the pass ends when its copies have */
-    gm_device_synchronize(c->ctx);
+    gm_device_synchronize(c->ctx); /* the pass ends when its copies have (the manager's streams too) */
     *done = i;
     c->at = (c->at + i) % c->n;
     return i ? (bench_now_ns() - t0) / (double)i : -1;
