@@ -706,14 +706,15 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
    (an address inside a block or never handed out, raw memory, a tensor's
    device memory, the plan's region); the allocator is unchanged by
    either.
-   Thread caches (desc.thread_cache, on by default; off with expandable
-   segments, a trace, or caching:off): each thread keeps up to 8 freed
+   Thread caches (desc.thread_cache, on by default; off with a trace or
+   caching:off): each thread keeps up to 8 freed
    blocks of each size up to 1 MiB, per stream, at most 2 MiB (and
    1/64 of the budget) in all. A gm_alloc of the same rounded size on the
    same stream takes one back, and gm_free of a block the thread was handed
    puts it there, both without the context's lock. An allocation of up to
-   1 MiB that goes through the lock (and gm_get_stats) gives the calling
-   thread's blocks back first; blocks in
+   1 MiB that goes through the lock (and gm_get_stats; with expandable
+   segments, any allocation through the lock) gives the calling thread's
+   blocks back first; blocks in
    other threads' caches are given back when a request would otherwise fail
    and by gm_empty_cache, gm_check, gm_snapshot, gm_set_budget and
    gm_stream_destroy. Statistics count a cached block as freed: with one
@@ -1007,6 +1008,7 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #ifndef GPUMEM_MALLOC
 #define GPUMEM_MALLOC(n) malloc(n)
 #define GPUMEM_FREE(p) free(p)
+#define GM__CALLOC(n) calloc(1, n) /* fresh pages of a large one are not written to zero them */
 #endif
 #ifndef GPUMEM_ASSERT
 #include <assert.h>
@@ -1060,10 +1062,16 @@ static void gm__sleep_until_ns(uint64_t t) {
     }
 }
 
+/* Zeroed host memory. With the default hooks, calloc: the tables sized
+   by address space (expandable segments) are touched only where used. */
 static void* gm__calloc(size_t n) {
+#ifdef GM__CALLOC
+    return GM__CALLOC(n);
+#else
     void* p = GPUMEM_MALLOC(n);
     if (p) memset(p, 0, n);
     return p;
+#endif
 }
 
 static size_t gm__round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -1075,6 +1083,57 @@ static void* gm__grow_array(void* p, size_t old, size_t n) {
     if (p) memcpy(q, p, old);
     GPUMEM_FREE(p);
     return q;
+}
+
+/* A table of n entries of esz bytes that reads as zero until written. It
+   is made in leaves of up to 1024 entries, each when an entry of it is
+   first written, so a table sized by address space costs host memory only
+   where it is used. Invariants: leaf has nleaf = ceil(n / 2^shift)
+   pointers, `made` of them not NULL; a leaf is zeroed when made. */
+#define GM__SPARSE_SHIFT 10
+typedef struct gm__sparse {
+    unsigned char** leaf;
+    size_t nleaf, made;
+    unsigned shift;         /* entries per leaf: 1 << shift */
+} gm__sparse;
+
+static int gm__sparse_init(gm__sparse* t, size_t n) {
+    unsigned k = 0;
+    while (k < GM__SPARSE_SHIFT && ((size_t)1 << k) < n) k++;
+    t->shift = k;
+    t->nleaf = (n + ((size_t)1 << k) - 1) >> k;
+    t->made = 0;
+    t->leaf = (unsigned char**)gm__calloc((t->nleaf ? t->nleaf : 1) * sizeof *t->leaf);
+    return t->leaf != NULL;
+}
+
+/* Entry i, or NULL when its leaf was never made (it reads as zero). */
+static GM__HOT void* gm__sparse_at(const gm__sparse* t, size_t i, size_t esz) {
+    unsigned char* l = t->leaf[i >> t->shift];
+    return l ? l + (i & (((size_t)1 << t->shift) - 1)) * esz : NULL;
+}
+
+/* Entry i, its leaf made if it was not; NULL when host memory ran out. */
+static void* gm__sparse_make(gm__sparse* t, size_t i, size_t esz) {
+    unsigned char** l = &t->leaf[i >> t->shift];
+    if (!*l) {
+        if ((*l = (unsigned char*)gm__calloc(esz << t->shift)) == NULL) return NULL;
+        t->made++;
+    }
+    return *l + (i & (((size_t)1 << t->shift) - 1)) * esz;
+}
+
+/* Frees the table; with owns, its entries are pointers freed too. */
+static void gm__sparse_free(gm__sparse* t, int owns) {
+    size_t l, e;
+    if (!t->leaf) return;
+    for (l = 0; l < t->nleaf; l++) {
+        if (owns && t->leaf[l])
+            for (e = 0; e < ((size_t)1 << t->shift); e++) GPUMEM_FREE(((void**)(void*)t->leaf[l])[e]);
+        GPUMEM_FREE(t->leaf[l]);
+    }
+    GPUMEM_FREE(t->leaf);
+    t->leaf = NULL;
 }
 
 /* >>context ---------------------------------------------------------------
@@ -1128,9 +1187,9 @@ struct gm__seg {
     size_t mapped;          /* bytes counted as reserved: all of it, or the
                                mapped pages of an expandable segment */
     struct gm__vseg* va;    /* expandable: its pages; else NULL */
-    uint8_t** freed;        /* per GM__MARK_SPAN bytes, a bitmap of the
-                               512-byte slots where a freed block started
-                               (made on first use; NULL: none yet) */
+    gm__sparse freed;       /* per GM__MARK_SPAN bytes, a bitmap (uint8_t*) of
+                               the 512-byte slots where a freed block started
+                               (made on first use; leaf NULL: none yet) */
     uintptr_t raw;          /* where the backend's allocation starts (base is
                                raised to 512 bytes within it), or 0: base */
     size_t raw_size;        /* and its size */
@@ -3200,21 +3259,21 @@ static void gm__arena_unrec(gm__arena* a, gm__block* b) {
 #define GM__MARK_SLOT 512
 static GM__HOT void gm__mark_freed(gm__seg* s, uintptr_t addr) {
     size_t off = addr - s->base, c = off / GM__MARK_SPAN, bit = off % GM__MARK_SPAN / GM__MARK_SLOT;
-    if (!s->freed && !(s->freed = (uint8_t**)gm__calloc((s->size / GM__MARK_SPAN + 1) * sizeof(uint8_t*)))) return;
-    if (!s->freed[c] && !(s->freed[c] = (uint8_t*)gm__calloc(GM__MARK_SPAN / GM__MARK_SLOT / 8))) return;
-    s->freed[c][bit >> 3] = (uint8_t)(s->freed[c][bit >> 3] | (1u << (bit & 7)));
+    uint8_t** m;
+    if (!s->freed.leaf && !gm__sparse_init(&s->freed, s->size / GM__MARK_SPAN + 1)) return;
+    if ((m = (uint8_t**)gm__sparse_make(&s->freed, c, sizeof *m)) == NULL) return;
+    if (!*m && !(*m = (uint8_t*)gm__calloc(GM__MARK_SPAN / GM__MARK_SLOT / 8))) return;
+    (*m)[bit >> 3] = (uint8_t)((*m)[bit >> 3] | (1u << (bit & 7)));
 }
 
 static int gm__was_freed(const gm__seg* s, uintptr_t addr) {
     size_t off = addr - s->base, c = off / GM__MARK_SPAN, bit = off % GM__MARK_SPAN / GM__MARK_SLOT;
-    return off % GM__MARK_SLOT == 0 && s->freed && s->freed[c] && (s->freed[c][bit >> 3] >> (bit & 7) & 1);
+    uint8_t* const* m = s->freed.leaf ? (uint8_t* const*)gm__sparse_at(&s->freed, c, sizeof *m) : NULL;
+    return off % GM__MARK_SLOT == 0 && m && *m && ((*m)[bit >> 3] >> (bit & 7) & 1);
 }
 
 static void gm__seg_free(gm__seg* s) {
-    size_t c;
-    if (s->freed)
-        for (c = 0; c <= s->size / GM__MARK_SPAN; c++) GPUMEM_FREE(s->freed[c]);
-    GPUMEM_FREE(s->freed);
+    gm__sparse_free(&s->freed, 1);
     GPUMEM_FREE(s);
 }
 
@@ -3736,11 +3795,13 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
 /* >>expand ----------------------------------------------------------------
    Expandable segments: one reserved address range per pool and stream,
    whose pages are mapped when a block first lands on them and unmapped when
-   idle. Invariants: ref[p] counts the USED and PENDING blocks touching page
-   p; ref > 0 implies mapped; nmapped counts the mapped pages and
-   seg->mapped == nmapped * gran; every mapped page with ref 0 is in the
-   idle queue (which may also hold pages used again since: they are skipped
-   when reached). A page is unmapped only once its stream is past the free
+   idle. Invariants: page p's ref counts the USED and PENDING blocks
+   touching it; ref > 0 implies mapped; nmapped counts the mapped pages,
+   nused those with ref > 0, and seg->mapped == nmapped * gran; every
+   mapped page with ref 0 is in the idle queue (which may also hold pages
+   used again since: they are skipped when reached); the page tables are
+   made a leaf at a time (gm__sparse) before a page of it gets a user, and
+   the queue has room for every page of the leaves made. A page is unmapped only once its stream is past the free
    that left it idle (the stream's fences), and idle pages are given back
    before reserved memory grows past gm__va_keep (its peak, or the peak of
    allocated memory and a slack of 1/2048), so reserved follows live
@@ -3749,29 +3810,63 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
    mapping new ones while others are unmapped, and idle pages next to each
    other go back in one backend call. */
 enum { GM__PG_MAPPED = 1, GM__PG_QUEUED = 2 };
+typedef struct gm__vpage {
+    uint64_t epoch;         /* owner's epoch when the page fell idle */
+    uint32_t ref;
+    uint8_t flags;
+} gm__vpage;
 typedef struct gm__vseg {
     size_t gran, npages, nmapped;
-    uint32_t* ref;
-    uint64_t* epoch;        /* owner's epoch when the page fell idle */
-    void** handle;          /* the backend's handle of each mapped page */
-    uint8_t* flags;
-    uint32_t* q;            /* idle pages, oldest first (a ring) */
-    size_t qhead, qlen;
+    size_t nused;           /* pages with ref > 0 */
+    gm__sparse pg;          /* gm__vpage of each page; a page with users or flags lies in a made leaf */
+    gm__sparse hd;          /* the backend's handle (void*) of each mapped page; leaves made with pg's */
+    uint32_t* q;            /* idle pages, oldest first (a ring of qcap >= the pages of pg's made leaves) */
+    size_t qcap, qhead, qlen;
 } gm__vseg;
+
+static const gm__vpage gm__vp_none = {0, 0, 0}; /* a page of a leaf not made: no users, unmapped */
+
+/* Page p, to read (any page) or to write (one in a made leaf). */
+static GM__HOT const gm__vpage* gm__vp(const gm__vseg* v, size_t p) {
+    const gm__vpage* e = (const gm__vpage*)gm__sparse_at(&v->pg, p, sizeof *e);
+    return e ? e : &gm__vp_none;
+}
+static GM__HOT gm__vpage* gm__vpw(gm__vseg* v, size_t p) { return (gm__vpage*)gm__sparse_at(&v->pg, p, sizeof(gm__vpage)); }
+static void** gm__vhd(gm__vseg* v, size_t p) { return (void**)gm__sparse_at(&v->hd, p, sizeof(void*)); }
 
 static void gm__vseg_free(gm__vseg* v) {
     if (!v) return;
-    GPUMEM_FREE(v->ref);
-    GPUMEM_FREE(v->epoch);
-    GPUMEM_FREE(v->handle);
-    GPUMEM_FREE(v->flags);
+    gm__sparse_free(&v->pg, 0);
+    gm__sparse_free(&v->hd, 0);
     GPUMEM_FREE(v->q);
     GPUMEM_FREE(v);
 }
 
+/* The leaves of pages [first, last] made, and the idle queue grown to
+   cover them: 0 when host memory ran out (what was made stays, empty). */
+static int gm__vseg_make(gm__vseg* v, size_t first, size_t last) {
+    size_t p, leaf = (size_t)1 << v->pg.shift;
+    for (p = first / leaf * leaf; p <= last; p += leaf) {
+        if (gm__sparse_at(&v->pg, p, sizeof(gm__vpage))) continue;
+        if (v->qcap < (v->pg.made + 1) * leaf) { /* the ring, oldest first, into a larger one */
+            size_t cap = v->qcap ? v->qcap : leaf, i;
+            uint32_t* q;
+            while (cap < (v->pg.made + 1) * leaf) cap *= 2;
+            if ((q = (uint32_t*)GPUMEM_MALLOC(cap * sizeof *q)) == NULL) return 0;
+            for (i = 0; i < v->qlen; i++) q[i] = v->q[(v->qhead + i) % v->qcap];
+            GPUMEM_FREE(v->q);
+            v->q = q;
+            v->qcap = cap;
+            v->qhead = 0;
+        }
+        if (!gm__sparse_make(&v->hd, p, sizeof(void*)) || !gm__sparse_make(&v->pg, p, sizeof(gm__vpage))) return 0;
+    }
+    return 1;
+}
+
 /* The expandable segment of pool pl for stream si, reserved on first use:
    twice the budget of address space, so that address fragmentation can
-   never be what runs out. */
+   never be what runs out. Its page tables are made as pages are used. */
 static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
     gm__vseg* v;
     gm__seg* seg;
@@ -3782,12 +3877,7 @@ static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
     if (!v) return NULL;
     v->gran = g;
     v->npages = size / g;
-    v->ref = (uint32_t*)gm__calloc(v->npages * sizeof *v->ref);
-    v->epoch = (uint64_t*)gm__calloc(v->npages * sizeof *v->epoch);
-    v->handle = (void**)gm__calloc(v->npages * sizeof *v->handle);
-    v->flags = (uint8_t*)gm__calloc(v->npages);
-    v->q = (uint32_t*)gm__calloc(v->npages * sizeof *v->q);
-    if (!v->ref || !v->epoch || !v->handle || !v->flags || !v->q || v->npages > 0xffffffffu ||
+    if (!gm__sparse_init(&v->pg, v->npages) || !gm__sparse_init(&v->hd, v->npages) || v->npages > 0xffffffffu ||
         ctx->be->va_reserve(ctx, &base, size) != GM_OK) {
         gm__vseg_free(v);
         return NULL;
@@ -3804,26 +3894,35 @@ static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
 }
 
 static void gm__va_queue(gm__vseg* v, size_t p) {
-    if (v->flags[p] & GM__PG_QUEUED) return;
-    v->flags[p] |= GM__PG_QUEUED;
-    v->q[(v->qhead + v->qlen++) % v->npages] = (uint32_t)p;
+    gm__vpage* e = gm__vpw(v, p);
+    if (e->flags & GM__PG_QUEUED) return;
+    e->flags |= GM__PG_QUEUED;
+    v->q[(v->qhead + v->qlen++) % v->qcap] = (uint32_t)p;
 }
 
-/* Unmaps the n mapped pages from p on in one backend call (they stay in
-   the idle queue, skipped when reached). Returns whether all went. */
+/* Unmaps the n mapped pages from p on, in one backend call per leaf of
+   the page tables (they stay in the idle queue, skipped when reached).
+   Returns whether all went. */
 static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n) {
     gm__vseg* v = seg->va;
-    size_t done = 0, q;
-    gm_result r = ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), n * v->gran, &v->handle[p], &done);
-    for (q = p; q < p + done; q++) {
-        v->flags[q] &= (uint8_t)~GM__PG_MAPPED;
-        v->handle[q] = NULL;
+    size_t leaf = (size_t)1 << v->hd.shift;
+    while (n) {
+        size_t m = leaf - p % leaf < n ? leaf - p % leaf : n, done = 0, q;
+        void** h = gm__vhd(v, p);
+        gm_result r = ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), m * v->gran, h, &done);
+        for (q = 0; q < done; q++) {
+            gm__vpw(v, p + q)->flags &= (uint8_t)~GM__PG_MAPPED;
+            h[q] = NULL;
+        }
+        v->nmapped -= done;
+        gm__arena_remap(seg->arena, seg, -(int64_t)(done * v->gran));
+        ctx->stats.num_device_free++;
+        ctx->stats.num_pages_unmapped += (int64_t)done;
+        if (r != GM_OK || done != m) return 0;
+        p += m;
+        n -= m;
     }
-    v->nmapped -= done;
-    gm__arena_remap(seg->arena, seg, -(int64_t)(done * v->gran));
-    ctx->stats.num_device_free++;
-    ctx->stats.num_pages_unmapped += (int64_t)done;
-    return r == GM_OK && done == n;
+    return 1;
 }
 
 /* Pages [first, last] lose one user each; those left idle join the queue. */
@@ -3831,8 +3930,11 @@ static void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t s
     gm__vseg* v = seg->va;
     size_t p, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
     for (p = first; p <= last; p++) {
-        if (--v->ref[p] || !(v->flags[p] & GM__PG_MAPPED)) continue;
-        if (stamp) v->epoch[p] = gm__owner(ctx, seg)->epoch;
+        gm__vpage* e = gm__vpw(v, p);
+        if (--e->ref) continue;
+        v->nused--;
+        if (!(e->flags & GM__PG_MAPPED)) continue;
+        if (stamp) e->epoch = gm__owner(ctx, seg)->epoch;
         gm__va_queue(v, p);
     }
 }
@@ -3850,18 +3952,19 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
             gm__vseg* v = seg ? seg->va : NULL;
             while (v && v->qlen && ctx->stats.reserved_bytes[GM_STAT_ALL].current > target) {
                 size_t p = v->q[v->qhead];
-                if (!v->ref[p] && (v->flags[p] & GM__PG_MAPPED) &&
-                    !gm__epoch_safe(ctx, &ctx->ss[i], v->epoch[p], wait))
+                gm__vpage* e = gm__vpw(v, p);
+                if (!e->ref && (e->flags & GM__PG_MAPPED) && !gm__epoch_safe(ctx, &ctx->ss[i], e->epoch, wait))
                     break; /* the younger pages behind it are not safe either */
-                v->qhead = (v->qhead + 1) % v->npages;
+                v->qhead = (v->qhead + 1) % v->qcap;
                 v->qlen--;
-                v->flags[p] &= (uint8_t)~GM__PG_QUEUED;
-                if (!v->ref[p] && (v->flags[p] & GM__PG_MAPPED)) {
+                e->flags &= (uint8_t)~GM__PG_QUEUED;
+                if (!e->ref && (e->flags & GM__PG_MAPPED)) {
                     size_t n = 1;
                     int64_t over = ctx->stats.reserved_bytes[GM_STAT_ALL].current - target;
+                    const gm__vpage* f;
                     while (p + n < v->npages && (int64_t)((n + 1) * v->gran) <= over + (int64_t)v->gran - 1 &&
-                           !v->ref[p + n] && (v->flags[p + n] & GM__PG_MAPPED) &&
-                           gm__epoch_safe(ctx, &ctx->ss[i], v->epoch[p + n], 0))
+                           !(f = gm__vp(v, p + n))->ref && (f->flags & GM__PG_MAPPED) &&
+                           gm__epoch_safe(ctx, &ctx->ss[i], f->epoch, 0))
                         n++;
                     if (!gm__va_unmap_run(ctx, seg, p, n)) return freed;
                     freed += n * v->gran;
@@ -3891,9 +3994,14 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
     gm__vseg* v = seg->va;
     size_t p, k = 0, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
     gm_result r = GM_OK;
+    if (!gm__vseg_make(v, first, last)) {
+        gm__log(ctx, GM_LOG_ERROR, "out of host memory for the page tables of an expandable segment");
+        return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
     for (p = first; p <= last; p++) { /* users first: the trim below must not take these */
-        v->ref[p]++;
-        if (!(v->flags[p] & GM__PG_MAPPED)) k++;
+        gm__vpage* e = gm__vpw(v, p);
+        v->nused += !e->ref++;
+        if (!(e->flags & GM__PG_MAPPED)) k++;
     }
     if (k) {
         int64_t need = (int64_t)(k * v->gran), keep = gm__va_keep(ctx, v->gran);
@@ -3905,16 +4013,16 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
             gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) gm__va_trim(ctx, (int64_t)ctx->budget - need, wait);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) r = GM_ERR_OUT_OF_MEMORY;
-        for (p = first; p <= last && r == GM_OK;) { /* each run of unmapped pages in one call */
-            size_t e = p, q;
-            if (v->flags[p] & GM__PG_MAPPED) {
+        for (p = first; p <= last && r == GM_OK;) { /* each run of unmapped pages in one call (per leaf) */
+            size_t e = p, q, leaf = (size_t)1 << v->hd.shift;
+            if (gm__vp(v, p)->flags & GM__PG_MAPPED) {
                 p++;
                 continue;
             }
-            while (e + 1 <= last && !(v->flags[e + 1] & GM__PG_MAPPED)) e++;
-            r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), (e - p + 1) * v->gran, &v->handle[p]);
+            while (e + 1 <= last && (e + 1) % leaf && !(gm__vp(v, e + 1)->flags & GM__PG_MAPPED)) e++;
+            r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), (e - p + 1) * v->gran, gm__vhd(v, p));
             if (r != GM_OK) break;
-            for (q = p; q <= e; q++) v->flags[q] |= GM__PG_MAPPED;
+            for (q = p; q <= e; q++) gm__vpw(v, q)->flags |= GM__PG_MAPPED;
             v->nmapped += e - p + 1;
             gm__arena_remap(seg->arena, seg, (int64_t)((e - p + 1) * v->gran));
             ctx->stats.num_device_alloc++;
@@ -3923,9 +4031,9 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
         }
         if (r != GM_OK) { /* undo the users; pages this call mapped stay, idle and queued */
             size_t q;
-            for (q = first; q <= last; q++) v->ref[q]--;
+            for (q = first; q <= last; q++) v->nused -= !--gm__vpw(v, q)->ref;
             for (q = first; q <= last; q++)
-                if (!v->ref[q] && (v->flags[q] & GM__PG_MAPPED)) gm__va_queue(v, q);
+                if (!gm__vp(v, q)->ref && (gm__vp(v, q)->flags & GM__PG_MAPPED)) gm__va_queue(v, q);
             return r;
         }
     }
@@ -3937,55 +4045,93 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
 static void gm__vseg_check(gm__ck* ck, const char* nm, const gm__seg* seg) {
     const gm__vseg* v = seg->va;
     const gm__block* b;
-    uint32_t* want = (uint32_t*)gm__calloc(v->npages * sizeof *want);
-    size_t p, mapped = 0, queued = 0, i, off = 0, nbad = 0, first = 0, unq = 0;
-    if (!want) return; /* no host memory to recount with */
+    size_t leaf = (size_t)1 << v->pg.shift, np = v->pg.nleaf * leaf, p, mapped = 0, queued = 0, used = 0, i, off = 0,
+           nbad = 0, first = 0, unq = 0, made = 0;
+    gm__sparse want; /* users per page, recounted from the blocks, in leaves like pg's */
+    if (!gm__sparse_init(&want, v->npages)) return; /* no host memory to recount with */
     for (b = seg->first; b; b = b->next) {
         if (b->state == GM__FREE || !b->size || b->addr < seg->base || b->size > seg->size ||
             b->addr - seg->base > seg->size - b->size)
             continue; /* a block off its segment: the arena's own check says so */
         off = b->addr - seg->base;
-        for (p = off / v->gran; p <= (off + b->size - 1) / v->gran && p < v->npages; p++) want[p]++;
+        for (p = off / v->gran; p <= (off + b->size - 1) / v->gran && p < v->npages; p++) {
+            uint32_t* w = (uint32_t*)gm__sparse_make(&want, p, sizeof *w);
+            if (!w) goto out;
+            (*w)++;
+        }
     }
-    for (p = 0; p < v->npages; p++) {
-        int m = (v->flags[p] & GM__PG_MAPPED) != 0;
-        mapped += (size_t)m;
-        queued += (v->flags[p] & GM__PG_QUEUED) != 0;
-        if ((want[p] != v->ref[p] || (v->ref[p] && !m) || (m && !v->ref[p] && !(v->flags[p] & GM__PG_QUEUED))) &&
-            !nbad++)
-            first = p;
+    for (p = 0; p < np; p += leaf) {
+        size_t e;
+        const uint32_t* wl = (const uint32_t*)gm__sparse_at(&want, p, sizeof *wl);
+        if (!gm__sparse_at(&v->pg, p, sizeof(gm__vpage))) { /* no leaf: no users, nothing mapped */
+            if (wl)
+                for (e = 0; e < leaf; e++)
+                    if (wl[e] && !nbad++) first = p + e;
+            continue;
+        }
+        made++;
+        for (e = p; e < p + leaf && e < v->npages; e++) {
+            const gm__vpage* g = gm__vp(v, e);
+            uint32_t want_e = wl ? wl[e - p] : 0;
+            int m = (g->flags & GM__PG_MAPPED) != 0;
+            mapped += (size_t)m;
+            used += g->ref > 0;
+            queued += (g->flags & GM__PG_QUEUED) != 0;
+            if ((want_e != g->ref || (g->ref && !m) || (m && !g->ref && !(g->flags & GM__PG_QUEUED))) && !nbad++)
+                first = e;
+        }
     }
-    if (nbad)
+    if (nbad) {
+        const uint32_t* w = (const uint32_t*)gm__sparse_at(&want, first, sizeof *w);
         gm__broken(ck, "%s: expandable segment %#lx: %zu pages disagree with its blocks; page %zu has %u users, %u "
-                   "counted, %s", nm, (unsigned long)seg->base, nbad, first, want[first], v->ref[first],
-                   v->flags[first] & GM__PG_MAPPED ? "mapped" : "unmapped");
-    for (i = 0; i < v->qlen && v->qlen <= v->npages; i++) {
-        uint32_t q = v->q[(v->qhead + i) % v->npages];
-        unq += q >= v->npages || !(v->flags[q] & GM__PG_QUEUED);
+                   "counted, %s", nm, (unsigned long)seg->base, nbad, first, w ? *w : 0, gm__vp(v, first)->ref,
+                   gm__vp(v, first)->flags & GM__PG_MAPPED ? "mapped" : "unmapped");
+    }
+    for (i = 0; i < v->qlen && v->qlen <= v->qcap; i++) {
+        uint32_t q = v->q[(v->qhead + i) % v->qcap];
+        unq += q >= v->npages || !(gm__vp(v, q)->flags & GM__PG_QUEUED);
     }
     if (unq)
         gm__broken(ck, "%s: expandable segment %#lx: %zu pages in its idle queue are not marked queued", nm,
                    (unsigned long)seg->base, unq);
+    if (made != v->pg.made || v->qcap < made * leaf)
+        gm__broken(ck, "%s: expandable segment %#lx: %zu page-table leaves, %zu counted, an idle queue of %zu", nm,
+                   (unsigned long)seg->base, made, v->pg.made, v->qcap);
     if (mapped != v->nmapped)
         gm__broken(ck, "%s: expandable segment %#lx: %zu pages mapped, %zu counted", nm, (unsigned long)seg->base,
                    mapped, v->nmapped);
+    if (used != v->nused)
+        gm__broken(ck, "%s: expandable segment %#lx: %zu pages in use, %zu counted", nm, (unsigned long)seg->base,
+                   used, v->nused);
     if (seg->mapped != mapped * v->gran)
         gm__broken(ck, "%s: expandable segment %#lx counts %zu bytes mapped, its pages %zu", nm,
                    (unsigned long)seg->base, seg->mapped, mapped * v->gran);
     if (queued != v->qlen)
         gm__broken(ck, "%s: expandable segment %#lx: %zu pages marked queued, the idle queue holds %zu", nm,
                    (unsigned long)seg->base, queued, v->qlen);
-    GPUMEM_FREE(want);
+out:
+    gm__sparse_free(&want, 0);
+}
+
+/* One past the last mapped page of an expandable segment (0: none). */
+static size_t gm__vseg_end(const gm__vseg* v) {
+    size_t leaf = (size_t)1 << v->pg.shift, l = v->pg.nleaf, p;
+    while (l--) {
+        if (!gm__sparse_at(&v->pg, l * leaf, sizeof(gm__vpage))) continue;
+        for (p = (l + 1) * leaf < v->npages ? (l + 1) * leaf : v->npages; p > l * leaf; p--)
+            if (gm__vp(v, p - 1)->flags & GM__PG_MAPPED) return p;
+    }
+    return 0;
 }
 
 /* Unmaps every page and gives the address range back (shutdown). */
 static void gm__vseg_close(gm_context* ctx, gm__seg* seg) {
     gm__vseg* v = seg->va;
-    size_t p;
-    for (p = 0; p < v->npages && v->nmapped; p++)
-        if (v->flags[p] & GM__PG_MAPPED) {
+    size_t p, end = gm__vseg_end(v);
+    for (p = 0; p < end && v->nmapped; p++)
+        if (gm__vp(v, p)->flags & GM__PG_MAPPED) {
             size_t n = 1;
-            while (p + n < v->npages && (v->flags[p + n] & GM__PG_MAPPED)) n++;
+            while (p + n < end && (gm__vp(v, p + n)->flags & GM__PG_MAPPED)) n++;
             (void)gm__va_unmap_run(ctx, seg, p, n);
             p += n - 1;
         }
@@ -4356,7 +4502,7 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
 static size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) {
     size_t p, k = 0;
     for (p = (addr - seg->base) / seg->va->gran; p <= (addr + size - 1 - seg->base) / seg->va->gran; p++)
-        k += !(seg->va->flags[p] & GM__PG_MAPPED);
+        k += !(gm__vp(seg->va, p)->flags & GM__PG_MAPPED);
     return k;
 }
 
@@ -5274,7 +5420,8 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
-    if (tc && tc->nbinned && pl == 0) gm__tc_give_own(ctx, tc); /* a miss: best fit sees this thread's free blocks */
+    if (tc && tc->nbinned && (pl == 0 || ctx->va_gran)) /* a miss: best fit sees this thread's free blocks (and */
+        gm__tc_give_own(ctx, tc);                         /* expandable: their pages idle when a large one maps) */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if ((flags & GM__A_FIT) && b && (b->size != rsize || b->seg->va)) b = NULL;
@@ -5536,6 +5683,8 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
                                                                  frees are retired under it first) */
         tc = gm__tc_get(ctx, 1);
         if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
+    } else if (ctx->tc_on && ctx->va_gran && out && size && !plan) {
+        tc = gm__tc_get(ctx, 0); /* expandable: a large request gives this thread's cached blocks back first */
     }
     r = gm__alloc_tc(ctx, out, size, stream, flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0, GM__OWN_USER, 0, tc);
     if (r == GM_ERR_OUT_OF_MEMORY && !(flags & GM_ALLOC_NO_SYNC)) r = gm__alloc_managed(ctx, out, size, stream);
@@ -5913,9 +6062,7 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
             int first = 1;
             size_t limit = s->size; /* expandable: up to the last mapped page */
             if (s->va) {
-                size_t p = s->va->npages;
-                while (p && !(s->va->flags[p - 1] & GM__PG_MAPPED)) p--;
-                limit = p * s->va->gran;
+                limit = gm__vseg_end(s->va) * s->va->gran;
                 if (!limit) continue;
             }
             gm__bprintf(&b, "%s\n{\"address\":\"0x%lx\",\"size\":%zu,\"mapped\":%zu,\"pool\":\"%s\",\"expandable\":%s,"
@@ -5929,11 +6076,11 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
                 int fr = 1;
                 gm__bprintf(&b, "\"pages\":[");
                 while (p < limit / s->va->gran) {
-                    if (!(s->va->flags[p] & GM__PG_MAPPED)) {
+                    if (!(gm__vp(s->va, p)->flags & GM__PG_MAPPED)) {
                         p++;
                         continue;
                     }
-                    for (e = p; e < limit / s->va->gran && (s->va->flags[e] & GM__PG_MAPPED); e++) {}
+                    for (e = p; e < limit / s->va->gran && (gm__vp(s->va, e)->flags & GM__PG_MAPPED); e++) {}
                     gm__bprintf(&b, "%s[%zu,%zu]", fr ? "" : ",", p * s->va->gran, (e - p) * s->va->gran);
                     fr = 0;
                     p = e;
@@ -6226,11 +6373,12 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     }
     ctx->t0 = gm__now_ns();
     gm__trace_open(ctx);
-    /* every allocation of a trace is a row written under the lock; with
+    /* every allocation of a trace is a row written under the lock. With
        expandable segments a block a cache keeps holds its pages mapped past
-       its free, which moved the traces' fragmentation by up to 0.4 points */
+       its free, so every allocation through the lock gives the thread's
+       back first (gm__alloc_tc): their pages are idle before it maps */
     ctx->tc_on = GM__TC && ctx->desc.thread_cache != GM_TOGGLE_OFF && ctx->desc.caching != GM_TOGGLE_OFF &&
-                 !ctx->trace && !ctx->va_gran;
+                 !ctx->trace;
     if (ctx->tc_on) pthread_once(&gm__tc_once, gm__tc_init); /* once a process: membarrier's registration can take
                                                                  milliseconds, better here than in a gm_alloc */
     r = gm__disk_open(ctx);
@@ -9010,11 +9158,12 @@ static int gm__place_better(const gm__spot* a, const gm__spot* b) {
 }
 
 /* The best place for rsize bytes in seg (ctx->mu held) into *best when
-   better; `held`: an expandable segment's pages anchored memory holds, or
-   for a classic one whether it holds any; `spare`: pages the budget may
+   better; `held`: of an expandable segment's first nheld pages, those
+   anchored memory holds (none after them), or for a classic one whether
+   it holds any; `spare`: pages the budget may
    still map. Places evict only with `evict`. */
-static void gm__place_scan(const gm_context* ctx, const gm__tier* tm, gm__seg* seg, size_t rsize, const uint8_t* held, int any_held,
-                           size_t spare, int evict, uint32_t nev, int cross, gm__spot* best, int* found) {
+static void gm__place_scan(const gm_context* ctx, const gm__tier* tm, gm__seg* seg, size_t rsize, const uint8_t* held,
+                           size_t nheld, int any_held, size_t spare, int evict, uint32_t nev, int cross, gm__spot* best, int* found) {
     const gm__block *b, *c;
     for (b = seg->first; b; b = b->next) {
         size_t tries[2], i;
@@ -9054,8 +9203,8 @@ static void gm__place_scan(const gm_context* ctx, const gm__tier* tm, gm__seg* s
             if (seg->va) {
                 const gm__vseg* v = seg->va;
                 for (p = (w.at - seg->base) / v->gran; p <= (end - 1 - seg->base) / v->gran; p++) {
-                    w.pages += !(v->flags[p] & GM__PG_MAPPED);
-                    w.claim += !held[p];
+                    w.pages += !(gm__vp(v, p)->flags & GM__PG_MAPPED);
+                    w.claim += p >= nheld || !held[p];
                 }
                 if (w.pages > spare) continue;
             } else {
@@ -9074,7 +9223,7 @@ static void gm__place_classic(const gm_context* ctx, const gm__tier* tm, gm__seg
     const gm__block* b;
     int any = 0;
     for (b = s->first; b && !any; b = b->next) any = gm__place_anchor(tm, b);
-    gm__place_scan(ctx, tm, s, rsize, NULL, any, 0, evict, nev, 0, best, found);
+    gm__place_scan(ctx, tm, s, rsize, NULL, 0, any, 0, evict, nev, 0, best, found);
 }
 
 /* Classic segments, nothing to evict: a place lies in one free block of
@@ -9132,14 +9281,16 @@ static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evi
             if (s->key != (uintptr_t)si + 1 || s->size < rsize) continue;
             if (s->va) {
                 const gm__vseg* v = s->va;
-                size_t idle = 0;
-                if ((held = (uint8_t*)gm__calloc(v->npages)) == NULL) goto out;
+                size_t nheld = 0;
+                for (b = s->first; b; b = b->next) /* pages past the last block in use hold nothing */
+                    if (b->state != GM__FREE) nheld = (b->addr + b->size - 1 - s->base) / v->gran + 1;
+                if ((held = (uint8_t*)gm__calloc(nheld ? nheld : 1)) == NULL) goto out;
                 for (b = s->first; b; b = b->next)
                     if (gm__place_anchor(tm, b))
                         for (p = (b->addr - s->base) / v->gran; p <= (b->addr + b->size - 1 - s->base) / v->gran; p++)
                             held[p] = 1;
-                for (p = 0; p < v->npages; p++) idle += (v->flags[p] & GM__PG_MAPPED) && !v->ref[p];
-                gm__place_scan(ctx, tm, s, rsize, held, 0, spare + idle, evict, nev, q != pl, &best, &found);
+                gm__place_scan(ctx, tm, s, rsize, held, nheld, 0, spare + (v->nmapped - v->nused), evict, nev, q != pl,
+                               &best, &found);
                 GPUMEM_FREE(held);
             } else {
                 gm__place_classic(ctx, tm, s, rsize, evict, nev, &best, &found);

@@ -12,7 +12,11 @@
    1 - peak live / peak reserved for each policy, PyTorch's own figure from
    the trace's meta file, for packing problems peak reserved over the known
    optimum (1,048,576 x 512 bytes), and nanoseconds per operation. The
-   nanoseconds are the median of five replays. */
+   nanoseconds are the median of five replays, each from an empty context;
+   for gpumem also the same trace replayed again on that context (a second
+   step of a training loop: the pages or segments are in place), and the
+   backend calls (allocations and frees, or with expandable segments maps
+   and unmaps of page runs) per operation of each. */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "../tools/gm_trace.h"
@@ -60,9 +64,19 @@ static double host_ns(const gmt_trace* t) {
     return median(r, RUNS);
 }
 
-static gmr_result gm_run(const gmt_trace* t, int expandable, double* ns) {
-    double r[RUNS];
-    gmr_result res;
+typedef struct gm_figs {
+    double ns, ns_again;       /* median ns per operation: from empty, and the trace again */
+    double calls, calls_again; /* backend calls per operation (the last run's) */
+} gm_figs;
+
+static double calls_per_op(const gmr_result* r, const gmr_result* before) {
+    int64_t c = r->device_allocs + r->device_frees - (before ? before->device_allocs + before->device_frees : 0);
+    return r->ops ? (double)c / (double)r->ops : 0;
+}
+
+static gmr_result gm_run(const gmt_trace* t, int expandable, gm_figs* g) {
+    double r[RUNS], r2[RUNS];
+    gmr_result res, again;
     int k;
     memset(&res, 0, sizeof res);
     for (k = 0; k < RUNS; k++) {
@@ -77,13 +91,18 @@ static gmr_result gm_run(const gmt_trace* t, int expandable, double* ns) {
         if (gm_setup(&ctx, &d) != GM_OK) exit(1);
         res = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
         r[k] = res.ns_per_op;
-        if (res.error != GM_OK || res.ooms || gm_check(ctx) != 0) {
-            fprintf(stderr, "replay: gpumem failed on a trace: %s\n", res.error_msg);
+        again = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+        r2[k] = again.ns_per_op;
+        if (res.error != GM_OK || res.ooms || again.error != GM_OK || again.ooms || gm_check(ctx) != 0) {
+            fprintf(stderr, "replay: gpumem failed on a trace: %s%s\n", res.error_msg, again.error_msg);
             exit(1);
         }
         gm_shutdown(ctx);
     }
-    *ns = median(r, RUNS);
+    g->ns = median(r, RUNS);
+    g->ns_again = median(r2, RUNS);
+    g->calls = calls_per_op(&res, NULL);
+    g->calls_again = calls_per_op(&again, &res);
     return res;
 }
 
@@ -184,20 +203,25 @@ int main(int argc, char** argv) {
     if (csv)
         fprintf(csv, "trace,ops,peak_live,pytorch_frag,frag_classic,frag_expandable,reserved_over_optimum_classic,"
                      "reserved_over_optimum_expandable,segments_classic,segments_expandable,ns_classic,ns_expandable,"
-                     "ns_glibc,ns_jemalloc\n");
+                     "ns_glibc,ns_jemalloc,ns_classic_again,ns_expandable_again,calls_classic,calls_expandable,"
+                     "calls_classic_again,calls_expandable_again\n");
     printf("sim backend, nothing touched; fragmentation = 1 - peak live / peak reserved; ns per operation, median of %d\n\n",
            RUNS);
-    printf("%-32s %6s %10s | %8s %8s %8s | %7s %7s | %7s %7s %7s %7s | %7s\n", "trace", "ops", "peak live", "PyTorch",
-           "classic", "expand.", "cl/opt", "ex/opt", "classic", "expand.", "glibc", "jemalloc", "cl/jem");
+    printf("%-32s %6s %10s | %8s %8s %8s | %7s %7s | %7s %7s %7s %7s | %7s | again: %7s %7s | calls/op: %6s %6s\n",
+           "trace", "ops", "peak live", "PyTorch", "classic", "expand.", "cl/opt", "ex/opt", "classic", "expand.",
+           "glibc", "jemalloc", "cl/jem", "classic", "expand.", "expand.", "again");
     for (i = 0; i < n; i++) {
         gmt_trace t;
         gmr_result c, e;
+        gm_figs gc, ge;
         double nc, ne, pf = meta_frag(traces[i]), oc = -1, oe = -1;
         const char* name = strrchr(traces[i], '/') + 1;
         char pfs[16] = "-", ocs[16] = "-", oes[16] = "-", lv[16];
         if (!load(traces[i], &t)) return 1;
-        c = gm_run(&t, 0, &nc);
-        e = gm_run(&t, 1, &ne);
+        c = gm_run(&t, 0, &gc);
+        e = gm_run(&t, 1, &ge);
+        nc = gc.ns;
+        ne = ge.ns;
         if (strstr(traces[i], "minimalloc")) {
             oc = (double)c.peak_reserved / PACK_OPT;
             oe = (double)e.peak_reserved / PACK_OPT;
@@ -208,13 +232,16 @@ int main(int argc, char** argv) {
         snprintf(lv, sizeof lv, "%.2f GB", (double)t.peak_live / 1e9);
         {
             char c1[32], c2[32], f1[32];
-            printf("%-32.32s %6zu %10s | %8s %7.2f%% %7.2f%% | %7s %7s | %7.0f %7.0f %7.0f %7s | %7s\n", name, t.n, lv,
-                   pfs, 100 * c.frag, 100 * e.frag, ocs, oes, nc, ne, glibc[i], bench_cell(c1, sizeof c1, "%.0f", jem[i]),
-                   bench_cell(c2, sizeof c2, "%.2fx", jem[i] > 0 ? nc / jem[i] : -1));
+            printf("%-32.32s %6zu %10s | %8s %7.2f%% %7.2f%% | %7s %7s | %7.0f %7.0f %7.0f %7s | %7s |        %7.0f %7.0f "
+                   "|           %6.3f %6.3f\n",
+                   name, t.n, lv, pfs, 100 * c.frag, 100 * e.frag, ocs, oes, nc, ne, glibc[i],
+                   bench_cell(c1, sizeof c1, "%.0f", jem[i]), bench_cell(c2, sizeof c2, "%.2fx", jem[i] > 0 ? nc / jem[i] : -1),
+                   gc.ns_again, ge.ns_again, ge.calls, ge.calls_again);
             if (csv)
-                fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.6f,%.4f,%.4f,%lld,%lld,%.1f,%.1f,%.1f,%s\n", name, t.n,
-                        (unsigned long long)t.peak_live, pf, c.frag, e.frag, oc, oe, (long long)c.segments,
-                        (long long)e.segments, nc, ne, glibc[i], bench_field(f1, sizeof f1, "%.1f", jem[i]));
+                fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.6f,%.4f,%.4f,%lld,%lld,%.1f,%.1f,%.1f,%s,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f\n",
+                        name, t.n, (unsigned long long)t.peak_live, pf, c.frag, e.frag, oc, oe, (long long)c.segments,
+                        (long long)e.segments, nc, ne, glibc[i], bench_field(f1, sizeof f1, "%.1f", jem[i]), gc.ns_again,
+                        ge.ns_again, gc.calls, ge.calls, gc.calls_again, ge.calls_again);
         }
         gmt_free(&t);
         free(traces[i]);

@@ -157,12 +157,18 @@ static void test_expandable(void) {
     T_CHECK(sg != NULL);
     if (sg) {
         gm__vseg* v = sg->va;
-        v->ref[0]++;
+        gm__vpw(v, 0)->ref++;
         expect(ctx, "pages disagree with its blocks; page 0 has 1 users, 2 counted, mapped");
-        v->ref[0]--;
+        gm__vpw(v, 0)->ref--;
         v->nmapped++;
         expect(ctx, "pages mapped, ");
         v->nmapped--;
+        v->nused++;
+        expect(ctx, "pages in use, ");
+        v->nused--;
+        v->pg.made++;
+        expect(ctx, "page-table leaves");
+        v->pg.made--;
     }
     healthy(ctx);
     T_OK(gm_free(ctx, p));

@@ -4,7 +4,8 @@
    blocks freed on other threads than the allocating one come back whole,
    an idle thread's cache gives its blocks up when another thread needs the
    memory, a thread's exit and a context's shutdown leave nothing behind,
-   and a destroyed stream's blocks are never handed out for it again. */
+   and a destroyed stream's blocks are never handed out for it again;
+   with expandable segments too. */
 #include "gm_test.h"
 
 #define KiB ((size_t)1 << 10)
@@ -166,7 +167,7 @@ typedef struct xbox {
 } xbox;
 static xbox box = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, {0}, 0};
 static gm_context* xctx;
-static int xerr, xstop;
+static int xerr, xstop, xexpand; /* xexpand: expandable segments, and a large request now and then */
 static pthread_mutex_t xmu = PTHREAD_MUTEX_INITIALIZER;
 
 static void xbad(void) {
@@ -213,6 +214,14 @@ static void* xworker(void* arg) {
             tg[k] = tg[n - 1];
             n--;
         }
+        if (xexpand && (r >> 32) % 64 == 0) { /* through the lock: this thread's cached blocks go back first */
+            void* big;
+            if (gm_alloc(xctx, &big, 3 * MiB, NULL) != GM_OK) xbad();
+            else {
+                t_tag_put(big, 3 * MiB, r);
+                if (!t_tag_ok(big, 3 * MiB, r) || gm_free(xctx, big) != GM_OK) xbad();
+            }
+        }
         if ((r >> 24) % 4 == 0) {
             void* q = NULL;
             unsigned long long t = 0;
@@ -251,12 +260,18 @@ static void* xchecker(void* arg) {
     return (void*)(intptr_t)checks;
 }
 
-static void test_cross_thread(void) {
+static void test_cross_thread(int expandable) {
     pthread_t th[XTHREADS], ck;
     gm_stats st;
     void* ret;
     intptr_t i;
-    xctx = make(1, 1024 * MiB);
+    gm_desc d = t_desc();
+    d.thread_cache = GM_TOGGLE_ON;
+    d.device_budget = 1024 * MiB;
+    d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+    xexpand = expandable;
+    xstop = 0;
+    xctx = t_setup(d);
     pthread_create(&ck, NULL, xchecker, NULL);
     for (i = 0; i < XTHREADS; i++) pthread_create(&th[i], NULL, xworker, (void*)i);
     for (i = 0; i < XTHREADS; i++) pthread_join(th[i], NULL);
@@ -474,7 +489,8 @@ int main(void) {
     test_peak();
     test_stats_match();
     test_misuse();
-    test_cross_thread();
+    test_cross_thread(0);
+    test_cross_thread(1);
     test_idle_steal();
     test_exit_and_shutdown();
     test_double_free_race();

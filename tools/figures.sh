@@ -121,15 +121,21 @@ if run replay "$B/bench-replay" "$TRACES" "$D/replay.csv"; then
     p ""
     p "## Trace replay cost" ""
     p "The same run: nanoseconds per operation, the median of five replays of"
-    p "each trace, each from an empty context (classic segments with the thread"
-    p "caches, expandable segments), and the same request stream through glibc"
-    p "and jemalloc (\`-\` where jemalloc is not installed: Debian"
-    p "\`libjemalloc2\`)." ""
-    p "| trace | classic | expandable | glibc | jemalloc | classic / jemalloc |" "|---|---|---|---|---|---|"
+    p "each trace, each from an empty context (classic segments and expandable"
+    p "segments, both with the thread caches), and the same request stream"
+    p "through glibc and jemalloc (\`-\` where jemalloc is not installed: Debian"
+    p "\`libjemalloc2\`). *Again*: the trace replayed a second time on the same"
+    p "context, as the second step of a training loop, with its segments or"
+    p "pages in place. *Calls*: the backend calls per operation with expandable"
+    p "segments (maps and unmaps of page runs, each a few driver calls on CUDA),"
+    p "from empty and again; classic segments make no backend call again." ""
+    p "| trace | classic | expandable | glibc | jemalloc | classic / jemalloc | classic again | expandable again | calls | calls again |"
+    p "|---|---|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); if (f[7] + 0 >= 0) next
         r = f[14] + 0 > 0 ? sprintf("%.2f×", f[11] / f[14]) : "-"
-        printf "| %s | %s | %s | %s | %s | %s |\n", trace_name(f[1]), num(f[11], "%.0f"), num(f[12], "%.0f"),
-            num(f[13], "%.0f"), num(f[14], "%.0f"), r }' "$D/replay.csv" >> "$PAGE"
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", trace_name(f[1]), num(f[11], "%.0f"),
+            num(f[12], "%.0f"), num(f[13], "%.0f"), num(f[14], "%.0f"), r, num(f[15], "%.0f"), num(f[16], "%.0f"),
+            num(f[18], "%.3f"), num(f[20], "%.3f") }' "$D/replay.csv" >> "$PAGE"
     p ""
 else
     failed $? replay

@@ -2,7 +2,8 @@
    touching no memory, and reports per trace: operations, peak live bytes,
    peak reserved bytes, fragmentation = 1 - peak live / peak reserved,
    segments created, backend allocations (page mappings, with expandable
-   segments), with expandable segments the pages mapped and unmapped per
+   segments), backend calls (allocations and frees, or maps and unmaps) per
+   operation, with expandable segments the pages mapped and unmapped per
    operation (each a driver call or two on CUDA), and nanoseconds per
    operation.
 
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (csv) fprintf(csv, "trace,format,ops,peak_live,peak_reserved,fragmentation,segments,device_allocs,ns_per_op,"
-                          "pages_mapped,pages_unmapped\n");
+                          "pages_mapped,pages_unmapped,device_frees\n");
     for (; i < argc; i++) {
         gmt_trace t;
         gm_context* ctx;
@@ -192,18 +193,21 @@ int main(int argc, char** argv) {
         }
         r = gmr_run(ctx, &t, 0, check, 0, NULL, NULL);
         if (first) {
-            printf("%-34s %-9s %8s %12s %14s %7s %8s %8s %8s %7s %7s\n", "trace", "format", "ops", "peak live",
-                   "peak reserved", "frag", "segments", "dev.alloc", "ns/op", "maps/op", "unmap/op");
+            printf("%-34s %-9s %8s %12s %14s %7s %8s %8s %8s %8s %7s %7s\n", "trace", "format", "ops", "peak live",
+                   "peak reserved", "frag", "segments", "dev.alloc", "ns/op", "calls/op", "maps/op", "unmap/op");
             first = 0;
         }
-        printf("%-34.34s %-9s %8zu %12.3e %14.3e %6.2f%% %8lld %8lld %8.1f %7.3f %7.3f\n", base(argv[i]), t.format,
-               r.ops, (double)r.peak_live, (double)r.peak_reserved, 100 * r.frag, (long long)r.segments,
-               (long long)r.device_allocs, r.ns_per_op, r.ops ? (double)r.pages_mapped / (double)r.ops : 0.0,
+        printf("%-34.34s %-9s %8zu %12.3e %14.3e %6.2f%% %8lld %8lld %8.1f %8.4f %7.3f %7.3f\n", base(argv[i]),
+               t.format, r.ops, (double)r.peak_live, (double)r.peak_reserved, 100 * r.frag, (long long)r.segments,
+               (long long)r.device_allocs, r.ns_per_op,
+               r.ops ? (double)(r.device_allocs + r.device_frees) / (double)r.ops : 0.0,
+               r.ops ? (double)r.pages_mapped / (double)r.ops : 0.0,
                r.ops ? (double)r.pages_unmapped / (double)r.ops : 0.0);
         if (csv)
-            fprintf(csv, "%s,%s,%zu,%llu,%lld,%.6f,%lld,%lld,%.1f,%lld,%lld\n", base(argv[i]), t.format, r.ops,
+            fprintf(csv, "%s,%s,%zu,%llu,%lld,%.6f,%lld,%lld,%.1f,%lld,%lld,%lld\n", base(argv[i]), t.format, r.ops,
                     (unsigned long long)r.peak_live, (long long)r.peak_reserved, r.frag, (long long)r.segments,
-                    (long long)r.device_allocs, r.ns_per_op, (long long)r.pages_mapped, (long long)r.pages_unmapped);
+                    (long long)r.device_allocs, r.ns_per_op, (long long)r.pages_mapped, (long long)r.pages_unmapped,
+                    (long long)r.device_frees);
         if (r.error != GM_OK || r.ooms || r.checks_failed) {
             fprintf(stderr, "gm-replay: %s: %s%s%lld out-of-memory, %d failed checks\n", base(argv[i]), r.error_msg,
                     r.error_msg[0] ? "; " : "", (long long)r.ooms, r.checks_failed);

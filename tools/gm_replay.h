@@ -11,7 +11,8 @@ typedef struct gmr_result {
     int64_t peak_reserved;   /* the allocator's peak reserved bytes */
     double frag;             /* 1 - peak_live / peak_reserved */
     int64_t segments;        /* segments created */
-    int64_t device_allocs;   /* backend allocations (page mappings when expandable) */
+    int64_t device_allocs;   /* backend allocations (calls that map pages, when expandable) */
+    int64_t device_frees;    /* backend frees (calls that unmap pages, when expandable) */
     int64_t pages_mapped;    /* expandable: pages mapped (one driver allocation and map each on CUDA) */
     int64_t pages_unmapped;  /* expandable: pages unmapped (one unmap and release each on CUDA) */
     int64_t ooms;
@@ -91,6 +92,7 @@ static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t sto
     r.peak_reserved = st.reserved_bytes[GM_STAT_ALL].peak;
     r.segments = st.segment[GM_STAT_ALL].allocated;
     r.device_allocs = st.num_device_alloc;
+    r.device_frees = st.num_device_free;
     r.pages_mapped = st.num_pages_mapped;
     r.pages_unmapped = st.num_pages_unmapped;
     r.frag = r.peak_reserved > 0 ? 1.0 - (double)r.peak_live / (double)r.peak_reserved : 0;
