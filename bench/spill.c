@@ -143,15 +143,17 @@ static double compute_ms(const workload* w) {
    cache; the traffic of the third (steady state): bytes brought in, and
    bytes of written tensors evicted. */
 static void belady(const workload* w, size_t cap, double* in, double* out) {
+    enum { WARM = 8, MEASURED = 8 }; /* the schedule repeats with a period of a few steps (two for the
+                                        transformer at 2x): the mean over 8 steps after 8 to settle */
     int res[MAXT] = {0}, dirty[MAXT] = {0};
     size_t used = 0;
     int rep, u, i;
     *in = *out = 0;
-    for (rep = 0; rep < 3; rep++) {
+    for (rep = 0; rep < WARM + MEASURED; rep++) {
         for (u = 0; u < w->nseq; u++) {
             int t = w->seq[u].t;
             if (!res[t]) {
-                if (rep == 2) *in += (double)w->size[t];
+                if (rep >= WARM) *in += (double)w->size[t] / MEASURED;
                 while (used + w->size[t] > cap) {
                     int v = -1, k;
                     long best = -1;
@@ -166,7 +168,7 @@ static void belady(const workload* w, size_t cap, double* in, double* out) {
                         if (d > best) best = d, v = i;
                     }
                     if (v < 0) break; /* t alone does not fit: counted as moved, nothing to evict */
-                    if (dirty[v] && rep == 2) *out += (double)w->size[v];
+                    if (dirty[v] && rep >= WARM) *out += (double)w->size[v] / MEASURED;
                     res[v] = dirty[v] = 0;
                     used -= w->size[v];
                 }
