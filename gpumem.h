@@ -7830,38 +7830,40 @@ enum { GM__TK_IN = 0, GM__TK_OUT = 1, GM__TK_USER = 2 }; /* tracks of the copy s
 #define GM__TK_MAX_RING 65536u
 
 typedef struct gm__tensor {
-    uint32_t gen;
-    int live;
+    /* 8-byte fields first, then 4, then 1: 152 bytes, no padding inside */
     size_t bytes;
     void* dev;              /* device copy, or NULL */
     void* managed;          /* unified-memory copy, or NULL */
     gm__block* host;        /* host pool block, or NULL */
-    int host_valid;
-    gm_stream stream;       /* stream of the current acquire */
-    uint32_t acquired;
-    int prefetched;
-    int priority, pinned;
     gm__block* disk;        /* extent in the spill file, or NULL */
-    int disk_valid, blank;  /* blank: never written (see the invariants) */
-    int use_wr, use_ow;     /* the acquires since it was last not acquired: some wrote (not
-                               GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
-    int use_last;           /* and every one was GM_ACCESS_READ_LAST */
-    int read_ahead;         /* its host copy was read from disk ahead of use, not used yet */
-    uint32_t crc;           /* CRC32C of the bytes on disk */
     gm__job* job;           /* disk I/O in flight: the host copy (or the device copy, through
                                staging) being written to `disk` (not yet disk_valid), or `disk`
                                being read into `host` (not yet host_valid); what it moves
                                stays the job's until it is applied */
-    uint32_t done_tk;       /* the track of the last release, and its mark (0: none yet) */
-    uint64_t done_seq;
+    gm_stream stream;       /* stream of the current acquire */
+    uint64_t done_seq;      /* the mark of the last release (on track done_tk; 0: none yet) */
     uint64_t ready_seq;     /* in: the device copy is whole (its copy in, or its allocation) */
     uint64_t out_seq;       /* out: the last copy out of the device copy (into the host copy) finished */
     uint64_t hr_seq;        /* in: the last copy from the host copy finished */
     uint64_t stamp;         /* tier clock at the last create, acquire or release */
+    uint64_t lseq;          /* its place in the LRU list: later pushes are higher */
+    uint32_t gen;
+    uint32_t acquired;
+    int priority;
+    uint32_t crc;           /* CRC32C of the bytes on disk */
+    uint32_t done_tk;       /* the track of the last release */
     uint32_t prev, next;    /* LRU neighbours: index + 1, 0 for none (indices
                                survive the array growing) */
     uint32_t hv;            /* learned victims: the version its current heap entry carries */
-    uint64_t lseq;          /* its place in the LRU list: later pushes are higher */
+    uint8_t live;
+    uint8_t host_valid;
+    uint8_t prefetched;     /* 1: brought in ahead of use; 2: room only (gm__room_mark) */
+    uint8_t pinned;
+    uint8_t disk_valid, blank; /* blank: never written (see the invariants) */
+    uint8_t use_wr, use_ow; /* the acquires since it was last not acquired: some wrote (not
+                               GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
+    uint8_t use_last;       /* and every one was GM_ACCESS_READ_LAST */
+    uint8_t read_ahead;     /* its host copy was read from disk ahead of use, not used yet */
 } gm__tensor;
 
 /* A learned plan (>>tier: learned order), one per phase. */
