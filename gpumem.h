@@ -267,6 +267,7 @@
       sim_capacity:16G    sim.capacity (up to 4T)      16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
       sim_inline:on|off   sim.run_inline               off
+      sim_bytes:on|off    sim.move_bytes               on
 
     expandable:on gives each pool and stream one large reserved address
     range instead of separate segments; 2 MiB pages are mapped when a block
@@ -500,6 +501,11 @@ typedef struct gm_sim_desc {
                                    thread: for measuring host-side costs. Default off: copies run
                                    on the stream's thread, concurrently with the host, as on a
                                    device */
+    gm_toggle move_bytes;       /* GM_TOGGLE_OFF: copies keep their modelled time, link bytes and
+                                   order, but move no bytes (a destination's contents are then
+                                   undefined): for benchmarks of host-side costs, where the CPU
+                                   moving the bytes stands in for a copy engine that would not
+                                   charge the host. Default on */
 } gm_sim_desc;
 
 /* Zero means default in every field. */
@@ -1477,6 +1483,7 @@ GM__ENUM_SET(gm__set_log, log_level, gm_log_level)
 GM__ENUM_SET(gm__set_disk_io, disk_io, gm_disk_io)
 GM__ENUM_SET(gm__set_disk_checksum, disk_checksum, gm_toggle)
 GM__ENUM_SET(gm__set_sim_inline, sim.run_inline, gm_toggle)
+GM__ENUM_SET(gm__set_sim_bytes, sim.move_bytes, gm_toggle)
 static const struct {
     const char* key;
     const char* const* words;
@@ -1486,7 +1493,7 @@ static const struct {
     {"caching", gm__w_toggle, gm__set_caching},      {"fallback", gm__w_fallback, gm__set_fallback},
     {"log", gm__w_log, gm__set_log},                 {"disk_io", gm__w_disk_io, gm__set_disk_io},
     {"disk_checksum", gm__w_toggle, gm__set_disk_checksum}, {"thread_cache", gm__w_toggle, gm__set_thread_cache},
-    {"sim_inline", gm__w_toggle, gm__set_sim_inline},
+    {"sim_inline", gm__w_toggle, gm__set_sim_inline}, {"sim_bytes", gm__w_toggle, gm__set_sim_bytes},
 };
 
 /* Applies one key to `d` if d's field is still zero. Returns 0 for a bad key
@@ -1607,6 +1614,8 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
         d.host_budget = pages;
     }
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
+    if (!d.sim.run_inline) d.sim.run_inline = GM_TOGGLE_OFF;
+    if (!d.sim.move_bytes) d.sim.move_bytes = GM_TOGGLE_ON;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.sim.capacity above 4 TiB: 4 TiB", d.log_user);
         d.sim.capacity = GM__SIM_MAX;
@@ -1835,6 +1844,7 @@ typedef struct gm__sim {
     uint64_t link_bytes[GM__LINKS], link_busy_ns[GM__LINKS];
     double rate[GM__LINKS];
     int run_inline;        /* desc.sim.run_inline */
+    int no_bytes;          /* desc.sim.move_bytes off: copies move nothing */
     gm__sim_stream* streams;
     gm__sim_stream* def;
     gm__ptrmap maps;       /* every mapping: base -> page-rounded length + kind + 1
@@ -2109,7 +2119,7 @@ static void* gm__sim_worker(void* arg) {
                 sim->link_free_at[op->link] = end;
                 pthread_mutex_unlock(&sim->mu);
             }
-            if (op->dst != op->src) memmove(op->dst, op->src, op->n);
+            if (op->dst != op->src && !sim->no_bytes) memmove(op->dst, op->src, op->n);
             if (end) gm__sleep_until_ns(end);
             else if (start > t0) gm__sleep_until_ns(start);
             done = gm__now_ns();
@@ -2202,7 +2212,7 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
     if (gm__sim_instant(s->sim, tmpl)) {
         pthread_mutex_lock(&s->mu);
         if (!s->stop && !s->head) { /* idle: everything queued before it is done */
-            if (tmpl->dst != tmpl->src) memmove(tmpl->dst, tmpl->src, tmpl->n);
+            if (tmpl->dst != tmpl->src && !s->sim->no_bytes) memmove(tmpl->dst, tmpl->src, tmpl->n);
             s->submitted++;
             gm__sim_completed(s);
             pthread_mutex_unlock(&s->mu);
@@ -2241,6 +2251,7 @@ static gm_result gm__sim_init(gm_context* ctx) {
     sim->rate[GM__LINK_H2D] = sim->rate[GM__LINK_D2H] = ctx->desc.sim.link_bytes_per_s;
     sim->rate[GM__LINK_D2D] = ctx->desc.sim.device_bytes_per_s;
     sim->run_inline = ctx->desc.sim.run_inline == GM_TOGGLE_ON;
+    sim->no_bytes = ctx->desc.sim.move_bytes == GM_TOGGLE_OFF;
     ctx->bs = sim;
     ctx->dev_align = 4096; /* whole pages */
     ctx->total = sim->capacity;

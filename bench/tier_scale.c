@@ -22,6 +22,13 @@
    be the simulator's. The bench prints that cost (a 4 KiB copy and its
    wait on a stream thread, beyond the modelled link time) and, for
    reference, one row's figure with the copies on the stream threads.
+   The sim also runs with move_bytes off: copies keep their order and
+   accounting but the CPU does not move their bytes. A device's copy
+   engine moves them without the host; on sim, a 4 KiB memmove from memory
+   not in the CPU's caches is about half of a miss at 10^6 tensors, and
+   it grows with the tensors' total size, not with the manager's work. For
+   reference the bench prints LRU with the bytes moved, at the smallest and
+   the largest count.
    Before timing, two cycles: one to learn the step from and place every
    tensor, one so that every tensor has moved both ways (the sim backs its
    memory on first touch; cudaMalloc and cudaHostAlloc back theirs before
@@ -111,6 +118,7 @@ static size_t heap_used(void) {
 }
 
 static int g_threaded; /* the sim's copies on its stream threads (run_inline off) */
+static int g_bytes;    /* the sim's copies move their bytes (move_bytes on) */
 
 /* One configuration: ns per pair (the slower thread's), -1 on failure. */
 static double run(size_t n, int learned, int threads, int fits, int* partial, double* meta_per_tensor) {
@@ -130,6 +138,7 @@ static double run(size_t n, int learned, int threads, int fits, int* partial, do
     d.host_budget = n * TSIZE + (64u << 20);
     d.sim.capacity = (size_t)64 << 30;
     d.sim.run_inline = g_threaded ? GM_TOGGLE_OFF : GM_TOGGLE_ON; /* the manager's cost, not the sim's hand-offs */
+    d.sim.move_bytes = g_bytes || g_threaded ? GM_TOGGLE_ON : GM_TOGGLE_OFF; /* nor the CPU's moving of bytes */
     if (gm_setup(&ctx, &d) != GM_OK) return -1;
     if (learned) gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 4, NULL, NULL);
     before = heap_used();
@@ -230,8 +239,9 @@ int main(int argc, char** argv) {
     size_t j, nn = 0;
     int p, th;
     FILE* csv;
-    double cos[5], co, cmin = 1e30, cmax = 0, thr;
+    double cos[5], co, cmin = 1e30, cmax = 0, thr, by0 = -1, by1 = -1;
     int partial0;
+    size_t last = 0;
     for (j = 0; j < 5; j++) { /* five fresh contexts: where the scheduler puts the stream thread varies */
         cos[j] = copy_overhead();
         if (cos[j] < cmin) cmin = cos[j];
@@ -239,19 +249,30 @@ int main(int argc, char** argv) {
     }
     co = bench_median(cos, 5);
     printf("tier_scale: 4 KiB tensors on sim, half of them fit on the device; ns per acquire + release, the\n"
-           "copies run in the calling thread (sim.run_inline), each pass ends when its copies have\n");
+           "copies run in the calling thread (sim.run_inline) and move no bytes (sim.move_bytes off), each pass\n"
+           "ends when its copies have\n");
     printf("sim: one 4 KiB copy and its wait on the stream's thread cost %.1f us beyond the modelled link time\n"
            "(median of five medians of 201; %.1f .. %.1f)\n", co / 1e3, cmin / 1e3, cmax / 1e3);
     g_threaded = 1;
     thr = ns_[0] <= maxn ? run(ns_[0], 0, 1, 0, &partial0, NULL) : -1;
     g_threaded = 0;
     printf("with every copy on the sim's stream threads instead: LRU, %zu tensors, %.0f ns per pair\n", ns_[0], thr);
+    for (j = 0; j < NN && ns_[j] <= maxn; j++) last = ns_[j];
+    if (last) {
+        g_bytes = 1;
+        by0 = run(ns_[0], 0, 1, 0, &partial0, NULL);
+        by1 = run(last, 0, 1, 0, &partial0, NULL);
+        g_bytes = 0;
+        printf("with the copies' bytes moved by the CPU: LRU, %zu tensors, %.0f ns per pair; %zu tensors, %.0f "
+               "(%.2fx)\n", ns_[0], by0, last, by1, by0 > 0 ? by1 / by0 : -1);
+    }
     printf("%10s %12s %12s %12s %12s %12s %14s\n", "tensors", "LRU", "LRU 2 thr", "learned", "learned 2 thr",
            "hits only", "host B/tensor");
     csv = fopen(csv_path, "w");
     if (csv)
         fprintf(csv, "tensors,lru_ns,lru_2threads_ns,learned_ns,learned_2threads_ns,hits_ns,host_bytes_per_tensor,"
-                     "partial,copy_overhead_ns,lru_threaded_sim_1000_ns\n");
+                     "partial,copy_overhead_ns,lru_threaded_sim_1000_ns,lru_bytes_moved_first_ns,"
+                     "lru_bytes_moved_last_ns\n");
     for (j = 0; j < NN && ns_[j] <= maxn; j++, nn++) {
         int partial = 0;
         char cell[4][32];
@@ -266,8 +287,8 @@ int main(int argc, char** argv) {
                meta[j], partial ? "  (a pass stopped at the time limit)" : "");
         fflush(stdout);
         if (csv)
-            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f,%.0f\n", ns_[j], miss[0][0][j], miss[0][1][j],
-                    miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co, thr);
+            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f,%.0f,%.0f,%.0f\n", ns_[j], miss[0][0][j],
+                    miss[0][1][j], miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co, thr, by0, by1);
     }
     if (csv) fclose(csv);
     {

@@ -492,6 +492,44 @@ static void test_run_inline(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* sim.move_bytes off (sim_bytes:off): copies keep their order and link
+   accounting, on the stream thread or inline, but move no bytes; the
+   default moves them. */
+static void test_move_bytes_off(void) {
+    gm_desc d;
+    gm_context* ctx;
+    gm_stream s;
+    void* dev;
+    unsigned char h[4096], back[4096];
+    uint64_t bytes = 0, busy = 0;
+    size_t i, bad;
+    int inl;
+    if (!t_sim) return;
+    ctx = t_setup(t_desc());
+    T_EQ(gm_query_desc(ctx).sim.move_bytes, GM_TOGGLE_ON);
+    T_OK(gm_shutdown(ctx));
+    for (i = 0; i < sizeof h; i++) h[i] = (unsigned char)(i * 5 + 3);
+    for (inl = 0; inl < 2; inl++) {
+        d = t_desc();
+        d.conf = inl ? "sim_bytes:off,sim_inline:on" : "sim_bytes:off";
+        ctx = t_setup(d);
+        T_EQ(gm_query_desc(ctx).sim.move_bytes, GM_TOGGLE_OFF);
+        T_OK(gm_stream_create(ctx, &s));
+        T_OK(gm_alloc(ctx, &dev, sizeof h, s));
+        T_OK(gm_memcpy_async(ctx, dev, h, sizeof h, GM_COPY_HOST_TO_DEVICE, s));
+        memset(back, 0xee, sizeof back);
+        T_OK(gm_memcpy_async(ctx, back, dev, sizeof back, GM_COPY_DEVICE_TO_HOST, s));
+        T_OK(gm_stream_synchronize(ctx, s));
+        for (bad = 0, i = 0; i < sizeof back; i++) bad += back[i] != 0xee; /* nothing came back */
+        T_EQ(bad, 0);
+        T_OK(gm_sim_link_stats(ctx, 0, &bytes, &busy));
+        T_EQ(bytes, sizeof h); /* counted on the link all the same */
+        T_OK(gm_free(ctx, dev));
+        T_OK(gm_stream_destroy(ctx, s));
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 int main(void) {
     test_backend_choice();
     test_async_and_ordered();
@@ -501,5 +539,6 @@ int main(void) {
     test_big_untouched();
     test_unified_memory();
     test_run_inline();
+    test_move_bytes_off();
     return t_done();
 }
