@@ -618,8 +618,9 @@ typedef struct gm_tier_stats {
     int64_t disk_busy_ns;     /* time with I/O in flight on the spill file */
     int64_t disk_depth_ns;    /* I/Os in flight, integrated over time: disk_depth_ns /
                                  disk_busy_ns is the mean queue depth while busy */
-    int64_t swaps;            /* of the evictions, those that traded places with a host tensor
-                                 brought in (device and host both full) */
+    int64_t swaps;            /* of the evictions, those that traded places with a tensor brought
+                                 in from the host tier (device and host both full) or from disk
+                                 (every tier full) */
     int64_t disk_backlog_ns;  /* time with chunks waiting for a free I/O slot (the disk is the
                                  bottleneck then) */
     int64_t disk_backlog_depth_ns; /* I/Os in flight integrated over that time: the ratio is the
@@ -6868,6 +6869,7 @@ struct gm__job {
     gm_result res;
     int done, started;
     int sync;               /* a caller waits and takes it back itself (not in dk->done) */
+    int nocheck;            /* a read whose CRC the caller checks (a swap's chunk: part of a tensor) */
     int finishing;          /* over: the engine finishes it (still in dk->jobs until it is done) */
     uint64_t t0;
     /* the manager's: the tensor served (index, generation; ti = UINT32_MAX
@@ -7414,7 +7416,8 @@ static void gm__job_finish(gm__disk* dk, gm__job* j) {
                    ? gm__gf2_times(op, j->crc) ^ j->ccrc[c]
                    : gm__crc32c_combine(j->crc, j->ccrc[c], gm__chunk_len(dk, j->bytes, c));
     }
-    bad = j->res == GM_OK && (j->kind == GM__J_READ_MEM || j->kind == GM__J_READ_DEV) && dk->checksum && j->crc != j->want;
+    bad = j->res == GM_OK && (j->kind == GM__J_READ_MEM || j->kind == GM__J_READ_DEV) && dk->checksum && !j->nocheck &&
+          j->crc != j->want;
     pthread_mutex_lock(&dk->mu);
     if (bad) {
         dk->crc_fail++;
@@ -7622,6 +7625,24 @@ static gm_result gm__disk_staged(gm__disk* dk, int kind, uint64_t off, void* dev
     gm__job_wait(dk, j);
     r = j->res;
     if (r == GM_OK && kind == GM__J_WRITE_DEV) *crc = j->crc;
+    gm__job_free(j);
+    return r;
+}
+
+/* A job of host memory (pinned, aligned) and the file, run now and waited
+   for: a swap's chunk. *crc: the CRC32C of its bytes (with checksums on);
+   a read's is not checked here, its caller checks the tensor's. */
+static gm_result gm__disk_sync_mem(gm__disk* dk, int kind, uint64_t off, char* mem, size_t bytes, uint32_t* crc) {
+    gm__job* j = gm__job_new(dk, kind, off, bytes);
+    gm_result r;
+    if (!j) return GM_ERR_HOST_OUT_OF_MEMORY;
+    j->mem = mem;
+    j->sync = 1;
+    j->nocheck = 1;
+    gm__job_submit(dk, j, 1);
+    gm__job_wait(dk, j);
+    r = j->res;
+    *crc = j->crc;
     gm__job_free(j);
     return r;
 }
@@ -9007,8 +9028,9 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
         uint64_t nu;
         x = GM__LRU(tm, k);
         if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
-        if (swap && (x->job || x->host || x->prefetched == 2 || x->bytes > swap->host->size || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
-            continue;
+        if (swap && (x->job || x->host || x->prefetched == 2 || x->bytes > (swap->host ? swap->host : swap->disk)->size ||
+                     (!swap->host && x->disk_valid) || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
+            continue; /* a swap's: it fits x's room below, x fits its device memory, and it has no copy below */
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
             if (n == tm->ncandcap) {
                 uint32_t cap = tm->ncandcap ? tm->ncandcap * 2 : 64;
@@ -9592,6 +9614,138 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     return GM_OK;
 }
 
+/* Device, host and disk all full: x's copy on disk and a victim's device
+   copy trade places, so that bringing a tensor back from disk never fails
+   while each has a slot the other fits (the victim's bytes go into x's
+   extent, x's into the victim's device memory). Chunk by chunk through the
+   two halves of the bounce buffer: x's chunk from the file into one, the
+   victim's from the device into the other, that one into the file, the
+   first onto the device; each step waits for the one before (a last
+   resort). A step that fails puts its chunk back, and the chunks already
+   traded are traded back (the trade is its own inverse), so both tensors
+   stay where they were; so does a read of x that fails its checksum. */
+#define GM__SWAP_HALF (GM__SWAP_CHUNK / 2)
+static gm_result gm__swap_disk_chunk(gm_context* ctx, gm__tier* tm, gm__disk* dk, char* dev, uint64_t off, size_t out,
+                                     size_t in, uint32_t* crc_out, uint32_t* crc_in, int* mixed) {
+    char *a = (char*)tm->bounce, *b = (char*)tm->bounce + GM__SWAP_HALF;
+    gm_result r = GM_OK, u = GM_OK;
+    uint32_t c;
+    *crc_out = *crc_in = 0;
+    *mixed = 0;
+    if (in) r = gm__disk_sync_mem(dk, GM__J_READ_MEM, off, a, in, crc_in);
+    if (r == GM_OK && out) r = ctx->be->copy(ctx, b, dev, out, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
+    if (r == GM_OK && out) r = ctx->be->stream_sync(ctx, GM__OUT(tm));
+    if (r != GM_OK) return r; /* nothing changed yet */
+    if (out && (r = gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, b, out, crc_out)) != GM_OK) {
+        if (in) u = gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, a, in, &c); /* x's chunk back */
+        *mixed = u != GM_OK;
+        return r;
+    }
+    if (in) r = ctx->be->copy(ctx, dev, a, in, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
+    if (r == GM_OK && in) r = ctx->be->stream_sync(ctx, GM__IN(tm));
+    if (r != GM_OK) { /* both chunks back where they were */
+        if (out) u = ctx->be->copy(ctx, dev, b, out, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
+        if (u == GM_OK && out) u = ctx->be->stream_sync(ctx, GM__IN(tm));
+        if (u == GM_OK && in) u = gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, a, in, &c);
+        *mixed = u != GM_OK;
+        return r;
+    }
+    return GM_OK;
+}
+
+static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__tensor* v;
+    char* dev;
+    uint64_t base;
+    size_t off, done;
+    uint32_t cv = 0, cx = 0, co, ci;
+    int blank = x->blank, mixed = 0;
+    gm_result r = GM_OK, u = GM_OK;
+    if (!dk) return GM_ERR_OUT_OF_MEMORY;
+    if (x->job) (void)gm__io_wait(ctx, tm, x);
+    if (!x->disk_valid || !x->disk || x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
+    v = gm__victim(ctx, tm, 0, x);
+    if (!v) return GM_ERR_OUT_OF_MEMORY;
+    if (!tm->bounce) {
+        if (gm__pinned_alloc(ctx, &tm->bounce, GM__SWAP_CHUNK) == GM_OK) tm->bounce_pinned = 1;
+        else if ((tm->bounce = GPUMEM_MALLOC(GM__SWAP_CHUNK)) == NULL) return GM_ERR_HOST_OUT_OF_MEMORY;
+    }
+    if (dk->direct && ((uintptr_t)tm->bounce % dk->align || GM__SWAP_HALF % dk->align)) {
+        gm__log(ctx, GM_LOG_WARN, "tier: no swap with disk: the bounce buffer is not aligned for direct I/O (%zu bytes)",
+                dk->align);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    gm__tk_sync(ctx, tm, v->done_tk, v->done_seq); /* every copy that used the device copy is over */
+    gm__tk_sync(ctx, tm, GM__TK_IN, v->ready_seq);
+    gm__tk_sync(ctx, tm, GM__TK_OUT, v->out_seq);
+    if (v->disk) gm__disk_drop(ctx, v); /* a stale extent (its copy there is not valid) */
+    dev = (char*)v->dev;
+    base = gm__disk_off(dk, x->disk);
+    for (off = 0; off < v->bytes || off < x->bytes; off += GM__SWAP_HALF) {
+        size_t out = off < v->bytes && !v->blank ? (v->bytes - off < GM__SWAP_HALF ? v->bytes - off : GM__SWAP_HALF) : 0;
+        size_t in = off < x->bytes && !blank ? (x->bytes - off < GM__SWAP_HALF ? x->bytes - off : GM__SWAP_HALF) : 0;
+        r = gm__swap_disk_chunk(ctx, tm, dk, dev + off, base + off, out, in, &co, &ci, &mixed);
+        if (r != GM_OK) break;
+        if (dk->checksum && out) cv = off ? gm__crc32c_combine(cv, co, out) : co;
+        if (dk->checksum && in) cx = off ? gm__crc32c_combine(cx, ci, in) : ci;
+    }
+    if (r == GM_OK && dk->checksum && !blank && cx != x->crc) {
+        r = GM_ERR_CHECKSUM;
+        pthread_mutex_lock(&dk->mu);
+        dk->crc_fail++;
+        dk->errors++;
+        pthread_mutex_unlock(&dk->mu);
+    }
+    if (r != GM_OK) {
+        for (done = 0; done < off && u == GM_OK; done += GM__SWAP_HALF) { /* the chunks before `off`: back */
+            size_t out = done < x->bytes && !blank ? (x->bytes - done < GM__SWAP_HALF ? x->bytes - done : GM__SWAP_HALF) : 0;
+            size_t in = done < v->bytes && !v->blank ? (v->bytes - done < GM__SWAP_HALF ? v->bytes - done : GM__SWAP_HALF) : 0;
+            int m = 0;
+            u = gm__swap_disk_chunk(ctx, tm, dk, dev + done, base + done, out, in, &co, &ci, &m);
+            mixed |= m;
+        }
+        if (u != GM_OK || mixed)
+            gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x with disk failed twice (%s); their bytes are mixed",
+                    gm__handle_id(tm, x), gm__handle_id(tm, v), gm_result_string(u != GM_OK ? u : r));
+        else if (r == GM_ERR_CHECKSUM)
+            gm__log(ctx, GM_LOG_ERROR, "tier: tensor %#x (%zu bytes) read back from disk fails its checksum; "
+                    "it stays on disk", gm__handle_id(tm, x), x->bytes);
+        else
+            gm__log(ctx, GM_LOG_WARN, "tier: swapping tensor %#x in from disk failed (%s); it stays on disk",
+                    gm__handle_id(tm, x), gm_result_string(r));
+        return r;
+    }
+    gm__tier_count(tm, v, -1);
+    (void)gm__retag(ctx, v->dev, gm__handle_id(tm, x), x->bytes);
+    x->dev = v->dev;
+    x->ready_seq = 0; /* whole: every copy was waited for */
+    v->dev = NULL;
+    if (v->prefetched) tm->st.prefetch_wasted++;
+    v->prefetched = 0;
+    v->ready_seq = 0;
+    v->out_seq = 0;
+    v->disk = x->disk;
+    v->disk_valid = 1;
+    v->crc = cv;
+    x->disk = NULL;
+    x->disk_valid = 0;
+    gm__tier_count(tm, v, 1);
+    gm__lru_del(tm, v);
+    tm->st.evictions++;
+    tm->st.swaps++;
+    if (!v->blank) tm->st.bytes_to_disk += (int64_t)v->bytes;
+    if (!blank) {
+        tm->st.bytes_from_disk += (int64_t)x->bytes;
+        tm->st.bytes_to_device += (int64_t)x->bytes;
+    } else {
+        tm->st.bytes_not_copied += (int64_t)x->bytes;
+    }
+    gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) swapped in from disk for tensor %#x (%zu bytes): every "
+            "tier full", gm__handle_id(tm, x), x->bytes, gm__handle_id(tm, v), v->bytes);
+    return GM_OK;
+}
+
 /* Brings x to the device for stream s: room allocated on `in`, the copy on
    `in` (from the host copy once whole, else from disk through the staging
    slots), ready_seq marked after it (or after the allocation, when there
@@ -9613,7 +9767,20 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     gm__tier_count(tm, x, -1);
     from_disk = !nocopy && !x->host_valid && x->disk_valid;
     r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk));
-    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !from_disk) {
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && x->job) { /* its I/O first: the swap depends on where it is */
+        gm__tier_count(tm, x, 1); /* the job's end counts it anew */
+        (void)gm__io_wait(ctx, tm, x);
+        gm__tier_count(tm, x, -1);
+        from_disk = !nocopy && !x->host_valid && x->disk_valid;
+    }
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !x->host_valid && x->disk_valid) {
+        gm_result w = gm__swap_disk(ctx, tm, x); /* its bytes come in even for an overwrite: they stay whole */
+        if (w == GM_OK) {
+            gm__tier_count(tm, x, 1);
+            return GM_OK;
+        }
+        if (w != GM_ERR_OUT_OF_MEMORY) r = w;
+    } else if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !from_disk) {
         gm_result w = gm__swap_in(ctx, tm, x, x->blank); /* an overwrite keeps its bytes until the release */
         if (w == GM_OK) {
             gm__tier_count(tm, x, 1);

@@ -4,7 +4,8 @@
    transfer (failing, short and out-of-space writes, failing and short
    reads, a byte flipped in the file) giving the right error and losing
    nothing; the spill file hidden, mode 0600 and gone at shutdown; the
-   spill budget; host budgets of whole pages and not; the randomized differential walk with most tensors on
+   spill budget; every tier full, a tensor on disk swapped in for a
+   device victim; host budgets of whole pages and not; the randomized differential walk with most tensors on
    disk; CRC32C against known values. Sim only (the kernels read device
    memory from the host). The spill directory is made under
    $GM_TEST_DISK_DIR (default /var/tmp) and must be empty at the end. */
@@ -478,6 +479,52 @@ static void test_walk(long steps, gm_disk_io io, size_t dev, size_t host) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A walk with every tier full of tensors of one size (device, host and
+   spill file eight each): reads and writes, in any order, always succeed,
+   tensors in the host tier or on disk coming back by swaps, gm_check after
+   every step, every byte checked. */
+static void test_full_walk(long steps) {
+    enum { N = 24 };
+    const size_t sz = 256 * KiB;
+    gm_context* ctx = disk_ctx(8 * sz, 8 * sz, 8 * sz, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[N];
+    unsigned seed[N];
+    gm_tier_stats ts;
+    long step;
+    int i, bad = 0;
+    for (i = 0; i < N; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], sz));
+        seed[i] = 500u + (unsigned)i;
+        fill(ctx, t[i], sz, seed[i], NULL);
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.device_bytes + ts.host_bytes + ts.disk_bytes, (int64_t)(N * sz));
+    for (step = 0; step < steps && bad < 5; step++) {
+        unsigned long long r = t_rand();
+        int k = (int)(r % N);
+        unsigned op = (unsigned)((r >> 8) % 10);
+        gm_result res = GM_OK;
+        if (op < 5) verify(ctx, t[k], sz, seed[k], NULL);
+        else if (op < 8) fill(ctx, t[k], sz, seed[k] = (unsigned)(r >> 32) | 1, NULL);
+        else if (op < 9) res = gm_tensor_prefetch(ctx, t[k], NULL);
+        else res = gm_tensor_evict(ctx, t[k]);
+        if (res != GM_OK && res != GM_ERR_OUT_OF_MEMORY && res != GM_ERR_HOST_OUT_OF_MEMORY && res != GM_ERR_DISK_FULL &&
+            bad++ < 5) /* an eviction may find no room below */
+            printf("full walk step %ld: op %u: %s\n", step, op, gm_result_string(res));
+        if (gm_check(ctx) != 0 && bad++ < 5) printf("full walk step %ld: gm_check failed\n", step);
+    }
+    T_EQ(bad, 0);
+    for (i = 0; i < N; i++) verify(ctx, t[i], sz, seed[i], NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.swaps > 0 && ts.bytes_from_disk > 0);
+    T_EQ(ts.disk_errors, 0);
+    printf("full tiers walk: %ld steps, %lld swaps, MiB from disk %.1f, to disk %.1f\n", steps, (long long)ts.swaps,
+           (double)ts.bytes_from_disk / (double)MiB, (double)ts.bytes_to_disk / (double)MiB);
+    for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 /* Bytes on disk at the end of the walk, before the tensors go: most. */
 static void test_walk_mostly_disk(void) {
     gm_context* ctx = disk_ctx(8 * MiB, 8 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
@@ -511,6 +558,102 @@ static void test_crc(void) {
     }
 }
 
+/* Every tier full, each holding whole tensors: a tensor on disk comes back
+   by trading places with a device victim (the victim's bytes go into its
+   extent), with nothing destroyed; every read is intact, round after
+   round. A write that fails in the middle of such a swap, or a read that
+   fails its checksum, leaves both tensors where they were, whole. */
+static void test_full_swap(void) {
+    gm_context* ctx = disk_ctx(2 * MiB, MiB, MiB, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[4];
+    gm_tier_stats s0, s1;
+    unsigned seed[4];
+    int i, k, on_disk = -1;
+    for (i = 0; i < 4; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], MiB));
+        seed[i] = 40u + (unsigned)i;
+        fill(ctx, t[i], MiB, seed[i], NULL);
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &s0));
+    T_EQ(s0.device_bytes + s0.host_bytes + s0.disk_bytes, (int64_t)(4 * MiB)); /* every tier full */
+    for (k = 0; k < 3; k++)
+        for (i = 0; i < 4; i++) {
+            if (k == 2) {
+                seed[i] += 100u;
+                fill(ctx, t[i], MiB, seed[i], NULL); /* written again: the swap carries new bytes down */
+            } else {
+                verify(ctx, t[i], MiB, seed[i], NULL);
+            }
+            T_EQ(where(ctx, t[i]), GM_TIER_DEVICE);
+            T_EQ(gm_check(ctx), 0);
+        }
+    T_OK(gm_tier_get_stats(ctx, &s1));
+    T_CHECK(s1.swaps > s0.swaps);
+    T_CHECK(s1.bytes_from_disk > s0.bytes_from_disk && s1.bytes_to_disk > s0.bytes_to_disk);
+    T_EQ(s1.disk_errors, 0);
+    for (i = 0; i < 4; i++) verify(ctx, t[i], MiB, seed[i], NULL);
+    /* a failing write in the swap: the acquire fails, nothing moves, nothing is lost */
+    for (i = 0; i < 4; i++)
+        if (where(ctx, t[i]) == GM_TIER_DISK) on_disk = i;
+    T_CHECK(on_disk >= 0);
+    if (on_disk >= 0) {
+        void* p;
+        gm_tier w[4];
+        for (i = 0; i < 4; i++) w[i] = where(ctx, t[i]);
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1));
+        T_EQ(gm_tensor_acquire(ctx, t[on_disk], NULL, &p), GM_ERR_IO);
+        for (i = 0; i < 4; i++) T_EQ(where(ctx, t[i]), w[i]);
+        T_EQ(gm_check(ctx), 0);
+        for (i = 0; i < 4; i++) verify(ctx, t[(on_disk + i) % 4], MiB, seed[(on_disk + i) % 4], NULL);
+    }
+    /* the write fails and so does the write that puts the tensor's chunk back: said as an
+       error (the bytes may be mixed), never as a clean failure */
+    on_disk = -1;
+    for (i = 0; i < 4; i++)
+        if (where(ctx, t[i]) == GM_TIER_DISK) on_disk = i;
+    if (on_disk >= 0) {
+        void* p;
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1));
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_FULL, 1)); /* counted on writes the first let through */
+        t_log_count = 0;
+        T_CHECK(gm_tensor_acquire(ctx, t[on_disk], NULL, &p) != GM_OK);
+        T_CHECK(strstr(t_last_log, "mixed") != NULL);
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 0));
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_FULL, 0));
+        T_EQ(gm_check(ctx), 0);
+        /* the sim's injected failures are reported after the bytes moved: putting the chunk
+           back did restore it, and every byte is where it was */
+        for (i = 0; i < 4; i++) verify(ctx, t[(on_disk + i) % 4], MiB, seed[(on_disk + i) % 4], NULL);
+    }
+    /* a byte flipped in the file under the tensor on disk: the swap reads it, the checksum
+       fails, every chunk is traded back, and the error names the tensor */
+    on_disk = -1;
+    for (i = 0; i < 4; i++)
+        if (where(ctx, t[i]) == GM_TIER_DISK) on_disk = i;
+    T_CHECK(on_disk >= 0);
+    if (on_disk >= 0) {
+        void* p;
+        char id[32];
+        T_OK(gm_tier_get_stats(ctx, &s0));
+        flip_byte(4096 + 17);
+        t_log_count = 0;
+        T_EQ(gm_tensor_acquire(ctx, t[on_disk], NULL, &p), GM_ERR_CHECKSUM);
+        snprintf(id, sizeof id, "%#x", t[on_disk].id);
+        T_CHECK(t_log_count > 0 && strstr(t_last_log, "checksum") != NULL && strstr(t_last_log, id) != NULL);
+        T_EQ(where(ctx, t[on_disk]), GM_TIER_DISK);
+        T_OK(gm_tier_get_stats(ctx, &s1));
+        T_EQ(s1.checksum_failures - s0.checksum_failures, 1);
+        T_EQ(gm_check(ctx), 0);
+        flip_byte(4096 + 17);
+        for (i = 0; i < 4; i++) verify(ctx, t[(on_disk + i) % 4], MiB, seed[(on_disk + i) % 4], NULL);
+    }
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 4; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -527,8 +670,10 @@ int main(int argc, char** argv) {
     test_faults(GM_DISK_IO_PREAD);
     test_checksum_off();
     test_budget();
+    test_full_swap();
     test_host_budget();
     test_walk_mostly_disk();
+    test_full_walk(WALK_STEPS / 2);
     test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
     test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
     { /* learned order over a repeating sequence: prefetch and write-behind with three tiers */
