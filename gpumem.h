@@ -9543,6 +9543,45 @@ static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* 
     return r;
 }
 
+/* The start of a swap, shared by both kinds: the victim for x (NULL: none
+   fits), the bounce buffer made, and every copy that used the victim's
+   device copy over. */
+static gm__tensor* gm__swap_begin(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_result* r) {
+    gm__tensor* v = gm__victim(ctx, tm, 0, x);
+    *r = GM_ERR_OUT_OF_MEMORY;
+    if (!v) return NULL;
+    if (!tm->bounce) {
+        if (gm__pinned_alloc(ctx, &tm->bounce, GM__SWAP_CHUNK) == GM_OK) tm->bounce_pinned = 1;
+        else if ((tm->bounce = GPUMEM_MALLOC(GM__SWAP_CHUNK)) == NULL) {
+            *r = GM_ERR_HOST_OUT_OF_MEMORY;
+            return NULL;
+        }
+    }
+    gm__tk_sync(ctx, tm, v->done_tk, v->done_seq);
+    gm__tk_sync(ctx, tm, GM__TK_IN, v->ready_seq);
+    gm__tk_sync(ctx, tm, GM__TK_OUT, v->out_seq);
+    *r = GM_OK;
+    return v;
+}
+
+/* The end of a swap, shared by both kinds: x takes v's device memory
+   (whole: every copy was waited for) and v leaves the device, counted as an
+   eviction and a swap. The caller gives v its copy below, between
+   gm__tier_count(tm, v, -1) and (tm, v, 1). */
+static void gm__swap_handover(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm__tensor* v) {
+    (void)gm__retag(ctx, v->dev, gm__handle_id(tm, x), x->bytes);
+    x->dev = v->dev;
+    x->ready_seq = 0;
+    v->dev = NULL;
+    if (v->prefetched) tm->st.prefetch_wasted++;
+    v->prefetched = 0;
+    v->ready_seq = 0;
+    v->out_seq = 0;
+    gm__lru_del(tm, v);
+    tm->st.evictions++;
+    tm->st.swaps++;
+}
+
 static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank) {
     gm__tensor* v;
     char *dev, *host;
@@ -9550,16 +9589,8 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     gm_result r = GM_OK;
     if (x->job) (void)gm__io_wait(ctx, tm, x); /* its host copy is being written to disk */
     if (!x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
-    v = gm__victim(ctx, tm, 0, x);
-    if (!v) return GM_ERR_OUT_OF_MEMORY;
-    if (!tm->bounce) {
-        if (gm__pinned_alloc(ctx, &tm->bounce, GM__SWAP_CHUNK) == GM_OK) tm->bounce_pinned = 1;
-        else if ((tm->bounce = GPUMEM_MALLOC(GM__SWAP_CHUNK)) == NULL) return GM_ERR_HOST_OUT_OF_MEMORY;
-    }
-    /* every copy that used either copy is over */
-    gm__tk_sync(ctx, tm, v->done_tk, v->done_seq);
-    gm__tk_sync(ctx, tm, GM__TK_IN, v->ready_seq);
-    gm__tk_sync(ctx, tm, GM__TK_OUT, v->out_seq);
+    if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
+    /* every copy that used x's host copy is over too */
     gm__tk_sync(ctx, tm, GM__TK_OUT, x->out_seq);
     gm__tk_sync(ctx, tm, GM__TK_IN, x->hr_seq);
     gm__tk_sync(ctx, tm, GM__TK_IN, x->host->ord[0]);
@@ -9588,24 +9619,14 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
         return r;
     }
     gm__tier_count(tm, v, -1);
-    (void)gm__retag(ctx, v->dev, gm__handle_id(tm, x), x->bytes);
-    x->dev = v->dev;
-    x->ready_seq = 0; /* whole: every copy was waited for */
-    v->dev = NULL;
-    if (v->prefetched) tm->st.prefetch_wasted++;
-    v->prefetched = 0;
-    v->ready_seq = 0;
+    gm__swap_handover(ctx, tm, x, v);
     v->host = x->host;
     v->host_valid = 1;
-    v->out_seq = 0;
     x->host = NULL;
     x->host_valid = 0;
     x->hr_seq = 0;
     x->out_seq = 0;
     gm__tier_count(tm, v, 1);
-    gm__lru_del(tm, v);
-    tm->st.evictions++;
-    tm->st.swaps++;
     if (!v->blank) tm->st.bytes_to_host += (int64_t)v->bytes;
     if (!blank) tm->st.bytes_to_device += (int64_t)x->bytes;
     else tm->st.bytes_not_copied += (int64_t)x->bytes;
@@ -9665,20 +9686,12 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (!dk) return GM_ERR_OUT_OF_MEMORY;
     if (x->job) (void)gm__io_wait(ctx, tm, x);
     if (!x->disk_valid || !x->disk || x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
-    v = gm__victim(ctx, tm, 0, x);
-    if (!v) return GM_ERR_OUT_OF_MEMORY;
-    if (!tm->bounce) {
-        if (gm__pinned_alloc(ctx, &tm->bounce, GM__SWAP_CHUNK) == GM_OK) tm->bounce_pinned = 1;
-        else if ((tm->bounce = GPUMEM_MALLOC(GM__SWAP_CHUNK)) == NULL) return GM_ERR_HOST_OUT_OF_MEMORY;
-    }
+    if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
     if (dk->direct && ((uintptr_t)tm->bounce % dk->align || GM__SWAP_HALF % dk->align)) {
         gm__log(ctx, GM_LOG_WARN, "tier: no swap with disk: the bounce buffer is not aligned for direct I/O (%zu bytes)",
                 dk->align);
         return GM_ERR_OUT_OF_MEMORY;
     }
-    gm__tk_sync(ctx, tm, v->done_tk, v->done_seq); /* every copy that used the device copy is over */
-    gm__tk_sync(ctx, tm, GM__TK_IN, v->ready_seq);
-    gm__tk_sync(ctx, tm, GM__TK_OUT, v->out_seq);
     if (v->disk) gm__disk_drop(ctx, v); /* a stale extent (its copy there is not valid) */
     dev = (char*)v->dev;
     base = gm__disk_off(dk, x->disk);
@@ -9717,23 +9730,13 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         return r;
     }
     gm__tier_count(tm, v, -1);
-    (void)gm__retag(ctx, v->dev, gm__handle_id(tm, x), x->bytes);
-    x->dev = v->dev;
-    x->ready_seq = 0; /* whole: every copy was waited for */
-    v->dev = NULL;
-    if (v->prefetched) tm->st.prefetch_wasted++;
-    v->prefetched = 0;
-    v->ready_seq = 0;
-    v->out_seq = 0;
+    gm__swap_handover(ctx, tm, x, v);
     v->disk = x->disk;
     v->disk_valid = 1;
     v->crc = cv;
     x->disk = NULL;
     x->disk_valid = 0;
     gm__tier_count(tm, v, 1);
-    gm__lru_del(tm, v);
-    tm->st.evictions++;
-    tm->st.swaps++;
     if (!v->blank) tm->st.bytes_to_disk += (int64_t)v->bytes;
     if (!blank) {
         tm->st.bytes_from_disk += (int64_t)x->bytes;
