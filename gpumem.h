@@ -4495,14 +4495,14 @@ static void gm__wait_all(gm_context* ctx) {
 
 /* The OOM line: an error, or information when a fallback may still serve
    the request (which logs an error itself if it does not). */
-static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize) {
+static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize, int soft) {
     char a[32], b[32], c[32], d[32], e[32], f[32];
     size_t fr = 0, tot = 0;
     int64_t alloc = ctx->stats.allocated_bytes[GM_STAT_ALL].current;
     int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
     int fallback = ctx->desc.fallback_fn || ctx->desc.fallback == GM_FALLBACK_MANAGED;
     if (ctx->be->mem_info(ctx, &fr, &tot) != GM_OK) fr = tot = 0;
-    gm__log(ctx, fallback ? GM_LOG_INFO : GM_LOG_ERROR,
+    gm__log(ctx, fallback || soft ? GM_LOG_INFO : GM_LOG_ERROR,
             "out of memory: tried to allocate %s (%zu bytes, rounded to %zu); device capacity %s, budget %s; "
             "%s allocated; %s reserved but unallocated; %s free on the device",
             gm__fmt_bytes(a, sizeof a, (double)size), size, rsize, gm__fmt_bytes(b, sizeof b, (double)tot),
@@ -4625,6 +4625,8 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 #define GM__A_EXACT 8u  /* a new segment of the request's own size (the tiered manager packing a batch) */
 #define GM__A_PACK 16u  /* the same where the usual segment would waste over 1/64 of the budget (the tiered manager) */
 #define GM__A_FIT 32u   /* a free block of exactly the rounded size, or nothing (no split, no rung) */
+#define GM__A_SOFT 64u  /* the tiered manager's last rung: it may still swap, so running out is said at info
+                           (the manager says what it finally could not do) */
 #define GM__GROW_EXACT(flags) ((flags) & GM__A_EXACT ? 2 : (flags) & GM__A_PACK ? 1 : 0)
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
@@ -4682,7 +4684,7 @@ static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize
 #undef GM__RUNG
     if (!quiet) {
         ctx->stats.num_ooms++;
-        gm__oom_message(ctx, size, rsize);
+        gm__oom_message(ctx, size, rsize, (flags & GM__A_SOFT) != 0);
     }
     return NULL;
 fault:
@@ -5418,7 +5420,7 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     pthread_mutex_lock(&ctx->mu);
     if (size > GM__MAX_REQUEST) {
         ctx->stats.num_ooms++;
-        gm__oom_message(ctx, size, size);
+        gm__oom_message(ctx, size, size, (flags & GM__A_SOFT) != 0);
         gm__unlock(ctx);
         return GM_ERR_OUT_OF_MEMORY;
     }
@@ -9498,7 +9500,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         tm->try_evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), grow, GM__OWN_TENSOR, id);
+        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), grow | GM__A_SOFT, GM__OWN_TENSOR, id);
     if (r != GM_OK) x->dev = NULL;
     return r;
 }
