@@ -1015,7 +1015,6 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #ifndef GPUMEM_MALLOC
 #define GPUMEM_MALLOC(n) malloc(n)
 #define GPUMEM_FREE(p) free(p)
-#define GM__CALLOC(n) calloc(1, n) /* fresh pages of a large one are not written to zero them */
 #endif
 #ifndef GPUMEM_ASSERT
 #include <assert.h>
@@ -1069,16 +1068,10 @@ static void gm__sleep_until_ns(uint64_t t) {
     }
 }
 
-/* Zeroed host memory. With the default hooks, calloc: the tables sized
-   by address space (expandable segments) are touched only where used. */
 static void* gm__calloc(size_t n) {
-#ifdef GM__CALLOC
-    return GM__CALLOC(n);
-#else
     void* p = GPUMEM_MALLOC(n);
     if (p) memset(p, 0, n);
     return p;
-#endif
 }
 
 static size_t gm__round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -9534,7 +9527,12 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
    undoes the chunks already traded (the trade is its own inverse), so both
    tensors stay where they were. */
 #define GM__SWAP_CHUNK (4 * GM__MIB)
-#define GM__SWAP_PART(rest) ((rest) < GM__SWAP_CHUNK ? (rest) : GM__SWAP_CHUNK)
+/* The bytes of a tensor of `bytes` in the swap's chunk at `off` of `chunk`
+   bytes: 0 past its end, or when it has none to move (blank). */
+static size_t gm__swap_part(size_t bytes, int blank, size_t off, size_t chunk) {
+    if (blank || off >= bytes) return 0;
+    return bytes - off < chunk ? bytes - off : chunk;
+}
 static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* host, size_t out, size_t in) {
     gm_result r = GM_OK;
     if (out) r = ctx->be->copy(ctx, tm->bounce, dev, out, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
@@ -9589,8 +9587,8 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     char *dev, *host;
     size_t off, done;
     gm_result r = GM_OK;
-    if (x->job) (void)gm__io_wait(ctx, tm, x); /* its host copy is being written to disk */
-    if (!x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
+    if (x->job || !x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY; /* the caller waits
+                                                                                                  for x's I/O */
     if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
     /* every copy that used x's host copy is over too */
     gm__tk_sync(ctx, tm, GM__TK_OUT, x->out_seq);
@@ -9600,16 +9598,16 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     dev = (char*)v->dev;
     host = (char*)x->host->addr;
     for (off = 0; off < v->bytes || off < x->bytes; off += GM__SWAP_CHUNK) {
-        size_t out = off < v->bytes && !v->blank ? GM__SWAP_PART(v->bytes - off) : 0;
-        size_t in = off < x->bytes && !blank ? GM__SWAP_PART(x->bytes - off) : 0;
+        size_t out = gm__swap_part(v->bytes, v->blank, off, GM__SWAP_CHUNK);
+        size_t in = gm__swap_part(x->bytes, blank, off, GM__SWAP_CHUNK);
         r = gm__swap_chunk(ctx, tm, dev + off, host + off, out, in);
         if (r != GM_OK) break;
     }
     if (r != GM_OK) {
         gm_result u = GM_OK;
         for (done = 0; done < off && u == GM_OK; done += GM__SWAP_CHUNK) { /* trade the traded chunks back */
-            size_t out = done < v->bytes && !v->blank ? GM__SWAP_PART(v->bytes - done) : 0;
-            size_t in = done < x->bytes && !blank ? GM__SWAP_PART(x->bytes - done) : 0;
+            size_t out = gm__swap_part(v->bytes, v->blank, done, GM__SWAP_CHUNK);
+            size_t in = gm__swap_part(x->bytes, blank, done, GM__SWAP_CHUNK);
             u = gm__swap_chunk(ctx, tm, dev + done, host + done, in, out);
         }
         if (u != GM_OK)
@@ -9685,9 +9683,7 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     uint32_t cv = 0, cx = 0, co, ci;
     int blank = x->blank, mixed = 0;
     gm_result r = GM_OK, u = GM_OK;
-    if (!dk) return GM_ERR_OUT_OF_MEMORY;
-    if (x->job) (void)gm__io_wait(ctx, tm, x);
-    if (!x->disk_valid || !x->disk || x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
+    if (!dk || x->job || !x->disk_valid || !x->disk || x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
     if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
     if (dk->direct && ((uintptr_t)tm->bounce % dk->align || GM__SWAP_HALF % dk->align)) {
         gm__log(ctx, GM_LOG_WARN, "tier: no swap with disk: the bounce buffer is not aligned for direct I/O (%zu bytes)",
@@ -9698,8 +9694,8 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     dev = (char*)v->dev;
     base = gm__disk_off(dk, x->disk);
     for (off = 0; off < v->bytes || off < x->bytes; off += GM__SWAP_HALF) {
-        size_t out = off < v->bytes && !v->blank ? (v->bytes - off < GM__SWAP_HALF ? v->bytes - off : GM__SWAP_HALF) : 0;
-        size_t in = off < x->bytes && !blank ? (x->bytes - off < GM__SWAP_HALF ? x->bytes - off : GM__SWAP_HALF) : 0;
+        size_t out = gm__swap_part(v->bytes, v->blank, off, GM__SWAP_HALF);
+        size_t in = gm__swap_part(x->bytes, blank, off, GM__SWAP_HALF);
         r = gm__swap_disk_chunk(ctx, tm, dk, dev + off, base + off, out, in, &co, &ci, &mixed);
         if (r != GM_OK) break;
         if (dk->checksum && out) cv = off ? gm__crc32c_combine(cv, co, out) : co;
@@ -9714,8 +9710,8 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     }
     if (r != GM_OK) {
         for (done = 0; done < off && u == GM_OK; done += GM__SWAP_HALF) { /* the chunks before `off`: back */
-            size_t out = done < x->bytes && !blank ? (x->bytes - done < GM__SWAP_HALF ? x->bytes - done : GM__SWAP_HALF) : 0;
-            size_t in = done < v->bytes && !v->blank ? (v->bytes - done < GM__SWAP_HALF ? v->bytes - done : GM__SWAP_HALF) : 0;
+            size_t out = gm__swap_part(x->bytes, blank, done, GM__SWAP_HALF); /* roles reversed */
+            size_t in = gm__swap_part(v->bytes, v->blank, done, GM__SWAP_HALF);
             int m = 0;
             u = gm__swap_disk_chunk(ctx, tm, dk, dev + done, base + done, out, in, &co, &ci, &m);
             mixed |= m;
@@ -9772,7 +9768,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     gm__tier_count(tm, x, -1);
     from_disk = !nocopy && !x->host_valid && x->disk_valid;
     r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk));
-    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && x->job) { /* its I/O first: the swap depends on where it is */
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && x->job) { /* its I/O first (counted): a swap depends on where it is */
         gm__tier_count(tm, x, 1); /* the job's end counts it anew */
         (void)gm__io_wait(ctx, tm, x);
         gm__tier_count(tm, x, -1);

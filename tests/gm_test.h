@@ -67,14 +67,18 @@ static inline int t_done(void) {
     return t_fail ? 1 : 0;
 }
 
-/* Log capture: the last message at or above warn, and a count. */
+/* Log capture: the last message at or above warn, and a count. The disk
+   tier's engine thread logs too: writers take t_log_mu. */
 static char t_last_log[1024];
 static int t_log_count;
+static pthread_mutex_t t_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static inline void t_log(gm_log_level level, const char* msg, void* user) {
     (void)user;
     if (level <= GM_LOG_WARN) {
+        pthread_mutex_lock(&t_log_mu);
         snprintf(t_last_log, sizeof t_last_log, "%s", msg);
         t_log_count++;
+        pthread_mutex_unlock(&t_log_mu);
     }
     if (getenv("GM_TEST_VERBOSE")) gm_log_stderr(level, msg, NULL);
 }

@@ -558,6 +558,14 @@ static void test_crc(void) {
     }
 }
 
+/* The index of a tensor of t[0..n) on disk, or -1. */
+static int on_disk_of(gm_context* ctx, const gm_tensor* t, int n) {
+    int i, k = -1;
+    for (i = 0; i < n; i++)
+        if (where(ctx, t[i]) == GM_TIER_DISK) k = i;
+    return k;
+}
+
 /* Every tier full, each holding whole tensors: a tensor on disk comes back
    by trading places with a device victim (the victim's bytes go into its
    extent), with nothing destroyed; every read is intact, round after
@@ -596,8 +604,7 @@ static void test_full_swap(void) {
     T_EQ(s1.disk_errors, 0);
     for (i = 0; i < 4; i++) verify(ctx, t[i], MiB, seed[i], NULL);
     /* a failing write in the swap: the acquire fails, nothing moves, nothing is lost */
-    for (i = 0; i < 4; i++)
-        if (where(ctx, t[i]) == GM_TIER_DISK) on_disk = i;
+    on_disk = on_disk_of(ctx, t, 4);
     T_CHECK(on_disk >= 0);
     if (on_disk >= 0) {
         void* p;
@@ -611,9 +618,7 @@ static void test_full_swap(void) {
     }
     /* the write fails and so does the write that puts the tensor's chunk back: said as an
        error (the bytes may be mixed), never as a clean failure */
-    on_disk = -1;
-    for (i = 0; i < 4; i++)
-        if (where(ctx, t[i]) == GM_TIER_DISK) on_disk = i;
+    on_disk = on_disk_of(ctx, t, 4);
     if (on_disk >= 0) {
         void* p;
         T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1));
@@ -630,9 +635,7 @@ static void test_full_swap(void) {
     }
     /* a byte flipped in the file under the tensor on disk: the swap reads it, the checksum
        fails, every chunk is traded back, and the error names the tensor */
-    on_disk = -1;
-    for (i = 0; i < 4; i++)
-        if (where(ctx, t[i]) == GM_TIER_DISK) on_disk = i;
+    on_disk = on_disk_of(ctx, t, 4);
     T_CHECK(on_disk >= 0);
     if (on_disk >= 0) {
         void* p;
