@@ -172,9 +172,14 @@ static void test_free_outside_lock(void) {
         nanosleep(&ts, NULL);
     }
     t0 = t_now();
-    T_OK(gm_alloc(ctx, &q, MiB, NULL)); /* not stuck behind the free */
+    T_EQ(gm_check(ctx), 0); /* takes the context's lock, and no driver call: not stuck behind the free */
     T_CHECK(t_now() - t0 < 1.0);
-    T_EQ(gm_check(ctx), 0);
+    t0 = t_now();
+    T_OK(gm_alloc(ctx, &q, MiB, NULL));
+    /* On a GPU the driver itself may hold a cudaMalloc behind another
+       thread's cudaFree that waits for the device (an H100 did): the
+       allocation's own time is gpumem's only on the sim and the stand-in. */
+    if (t_sim || t_standin()) T_CHECK(t_now() - t0 < 1.0);
     pthread_join(th, NULL);
     T_OK(f.r);
     T_OK(gm_free(ctx, q));

@@ -177,6 +177,16 @@ static void test_threads(void) {
     T_EQ(stat_of(4), 0);
 }
 
+/* The device's memory as the library will see it (the sim's 16 GiB, or
+   the GPU's): a fraction of it is what set_memory_fraction takes. */
+static double device_total(void) {
+    gm_context* ctx = t_setup(t_desc());
+    size_t f = 0, t = 0;
+    T_OK(gm_mem_info(ctx, &f, &t));
+    gm_shutdown(ctx);
+    return t ? (double)t : 16.0 * 1024 * MiB;
+}
+
 /* The hooks of global mode: record_stream, empty_cache, the memory
    fraction, init; and gpumem's own statistics. */
 static void test_hooks(void) {
@@ -186,7 +196,7 @@ static void test_hooks(void) {
     t_init(1);
     T_EQ(t_stats_size(), sizeof(gm_stats));
     T_EQ(t_get_stats(0, &s), -1); /* no context yet */
-    t_set_fraction(32.0 * MiB / (16.0 * 1024 * MiB), 0); /* of the sim's 16 GiB: 32 MiB, set before the context */
+    t_set_fraction(32.0 * MiB / device_total(), 0); /* 32 MiB of the device, set before the context */
     a = t_malloc((ssize_t)(24 * MiB), 0, NULL);
     T_CHECK(a != NULL);
     T_EQ(t_get_stats(0, &s), 0);

@@ -109,6 +109,7 @@ typedef struct event {
 } event;
 
 static pthread_mutex_t G = PTHREAD_MUTEX_INITIALIZER;
+static pid_t g_pid; /* the process that initialized the runtime */
 static int g_init, g_ndev = 2, g_cma = 1, g_driver = CUDART_VERSION, g_abort;
 static size_t g_cap = (size_t)16 << 30;
 static gdev* g_dev;
@@ -150,6 +151,7 @@ static void init_locked(void) {
     const char* e;
     if (g_init) return;
     g_init = 1;
+    g_pid = getpid();
     if ((e = getenv("GM_CUDART_DEVICES")) && atoi(e) > 0 && atoi(e) <= 64) g_ndev = atoi(e);
     g_cap = parse_size(getenv("GM_CUDART_CAPACITY"), g_cap);
     g_cap = (g_cap + GRAN - 1) / GRAN * GRAN;
@@ -453,6 +455,11 @@ static cudaError_t enter(const char* name, int need) {
     }
     pthread_mutex_lock(&G);
     init_locked();
+    if (g_pid != getpid()) { /* CUDA does not survive fork(): a child of a process that used it cannot */
+        pthread_mutex_unlock(&G);
+        violation("%s called in a child of a process that had initialized CUDA (fork without exec)", name);
+        return fail(cudaErrorInitializationError);
+    }
     if (g_sticky) {
         cudaError_t e = g_sticky;
         pthread_mutex_unlock(&G);

@@ -339,6 +339,26 @@ static void test_errors(void) {
     NO_VIOLATION();
 }
 
+/* CUDA does not survive fork(): in a child of a process that initialized
+   it, every call fails with an initialization error (and is a violation). */
+static void test_fork(void) {
+    int st;
+    pid_t pid;
+    void* p = NULL;
+    OK(cudaMalloc(&p, 4096)); /* this process has initialized CUDA */
+    pid = fork();
+    if (pid == 0) {
+        void* q = NULL;
+        int before = gmcudart_violations();
+        int ok = cudaMalloc(&q, 4096) == cudaErrorInitializationError && gmcudart_violations() == before + 1 &&
+                 strstr(gmcudart_last_violation(), "fork") != NULL;
+        _exit(ok ? 0 : 1);
+    }
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    OK(cudaFree(p)); /* the parent goes on */
+    NO_VIOLATION();
+}
+
 /* While a stream captures, allocation, free, synchronization and queries of
    captured events are refused, and the capture is invalidated. */
 static void test_capture(void) {
@@ -525,6 +545,7 @@ int main(void) {
     test_host_function();
     test_managed();
     test_errors();
+    test_fork();
     test_capture();
     test_pinned();
     test_vm();
