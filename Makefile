@@ -52,7 +52,7 @@ TEST_CUDA_DEP := $(B)/cudart/libgmcudart.so
 CUDART_TEST   := $(B)/cudart/test_cudart
 endif
 
-.PHONY: all tools install uninstall FORCE docs-check figures test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp train-gpt torch-allocator bench bench-spill-vs-oom compile-check clean
+.PHONY: all tools install uninstall FORCE docs-check figures gpu-figures test test-sim test-cuda test-builds asan tsan fuzz demo examples planned caching train-mlp train-gpt torch-allocator bench bench-spill-vs-oom compile-check clean
 all: $(addprefix $(B)/sim/,$(SIMTESTS)) $(B)/demo tools
 tools: $(B)/gm-replay $(B)/gm-viz
 
@@ -187,6 +187,18 @@ $(B)/bench-alloc-cuda: bench/alloc.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 
+# The PyTorch traces through gpumem on a real GPU (no device: says so);
+# tools/gpu-figures.sh runs it beside PyTorch's allocator (bench/torch_replay.cc).
+$(B)/bench-cuda-replay: bench/cuda_replay.c bench/bench.h examples/pick_backend.h gpumem.h tools/gm_trace.h tools/gm_replay.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
+
+# The driver's virtual-memory calls against cudaMalloc (a GPU machine only:
+# it links the driver, from the toolkit's stub at build time).
+$(B)/bench-vmm: bench/vmm.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -D_POSIX_C_SOURCE=200809L -O2 $(CUDA_INC) $< -o $@ -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -lcuda
+
 # Benchmarks print a table and write CSV under build/; the CUDA build falls
 # back to the sim backend where there is no device.
 $(B)/bench-replay: bench/replay.c bench/bench.h gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
@@ -232,6 +244,12 @@ figures: $(B)/bench-alloc-cuda $(B)/bench-replay $(B)/bench-spill $(B)/bench-nvm
 		$(B)/bench-tier-scale $(B)/demo $(B)/train_mlp $(B)/train_gpt $(B)/planned $(B)/caching $(B)/sim/test_frag tools
 	@if [ -x $(CUDA_HOME)/bin/nvcc ]; then $(MAKE) -s --no-print-directory $(B)/demo-cuda >/dev/null 2>&1 || true; fi
 	B=$(B) SPILL_DIR=$(SPILL_DIR) sh tools/figures.sh
+
+# make gpu-figures: on a machine with a GPU, the CUDA suite on the real
+# runtime, the demo and the benchmarks that need a device, each step timed
+# and logged under $(B)/gpu (tools/gpu-figures.sh says what each step is).
+gpu-figures:
+	B=$(B) TRACES=$(TRACES) sh tools/gpu-figures.sh
 
 # make docs-check: README.md's sh blocks run as written, every gpumem name
 # in README.md and docs/ exists in the header, every link resolves.
