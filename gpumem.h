@@ -253,6 +253,7 @@
       caching:on|off      caching                      on
       thread_cache:on|off thread_cache                 on
       expandable:on|off   expandable                   off
+      expandable_page:20M expandable_page              the backend's granularity
       gc_threshold:0.8    gc_threshold                 off
       max_split_size:64M  max_split_size (> 20 MiB)    unlimited
       log:error|warn|info|debug   log_level            warn
@@ -540,6 +541,12 @@ typedef struct gm_desc {
     size_t disk_chunk;             /* bytes per chunk, default 1 MiB */
     gm_sim_desc sim;
     gm_toggle thread_cache;        /* per-thread caches of small freed blocks; default on */
+    size_t expandable_page;        /* page of expandable segments, rounded up to a multiple of the
+                                      backend's granularity (2 MiB on the sim and on current GPUs);
+                                      default that granularity. On CUDA each page is one physical
+                                      allocation, mapped and unmapped by its own driver calls (about
+                                      40 us each on an H100, whatever the size): larger pages make
+                                      fewer calls, and reserved memory coarser */
 } gm_desc;
 
 /* One statistic, with PyTorch's semantics. */
@@ -1254,7 +1261,8 @@ struct gm_context {
     gm__ptrmap raw;         /* gm_raw_alloc's memory: address -> bytes */
     gm__sstate* ss;
     uint32_t nss, capss, last_ss;
-    size_t va_gran;         /* page size of expandable segments; 0: classic */
+    size_t va_gran;         /* page size of expandable segments (desc.expandable_page); 0: classic */
+    size_t va_align;        /* the backend's granularity: the reservations' alignment */
     gm__block* pending;     /* blocks waiting for record_stream events */
     size_t npending;
     void** evfree;          /* recycled events */
@@ -1530,6 +1538,9 @@ static int gm__apply_option(gm_desc* d, char* dir, const char* k, size_t kn, con
         } else if (gm__word_is(k, kn, "max_split_size")) {
             if (frac || bytes <= 20 * GM__MIB) return 0; /* as PyTorch: above the large segment */
             if (!d->max_split_size) d->max_split_size = bytes;
+        } else if (gm__word_is(k, kn, "expandable_page")) {
+            if (frac || bytes == 0 || bytes > GM__GIB) return 0;
+            if (!d->expandable_page) d->expandable_page = bytes;
         } else if (gm__word_is(k, kn, "host_budget")) {
             if (frac || bytes == 0) return 0;
             if (!d->host_budget) d->host_budget = bytes;
@@ -3034,7 +3045,7 @@ static gm_result gm__cu_va_reserve(gm_context* ctx, void** base, size_t size) {
     gm_result r;
     int prev;
     if ((r = gm__cu_enter(ctx, &prev)) != GM_OK) return r;
-    r = gm__cudrv(ctx, cu->reserve(&p, size, ctx->va_gran, 0, 0), "cuMemAddressReserve");
+    r = gm__cudrv(ctx, cu->reserve(&p, size, ctx->va_align, 0, 0), "cuMemAddressReserve");
     gm__cu_leave(ctx, prev);
     *base = (void*)(uintptr_t)p;
     return r;
@@ -6363,12 +6374,24 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
         pthread_mutexattr_destroy(&ma);
     }
     if (ctx->desc.expandable == GM_TOGGLE_ON && ctx->desc.caching != GM_TOGGLE_OFF) {
-        ctx->va_gran = ctx->be->va_granularity(ctx);
-        if (!ctx->va_gran) {
+        ctx->va_align = ctx->be->va_granularity(ctx);
+        if (!ctx->va_align) {
             gm__log(ctx, GM_LOG_WARN, "setup: backend %s has no virtual memory: classic segments", ctx->be->name);
             ctx->desc.expandable = GM_TOGGLE_OFF;
+        } else {
+            size_t want = ctx->desc.expandable_page ? ctx->desc.expandable_page : ctx->va_align;
+            if (want > GM__GIB) {
+                gm__log(ctx, GM_LOG_WARN, "setup: expandable_page %zu is over 1 GiB: pages of %zu bytes", want,
+                        ctx->va_align);
+                want = ctx->va_align;
+            }
+            ctx->va_gran = gm__round_up(want, ctx->va_align);
+            if (ctx->va_gran != want)
+                gm__log(ctx, GM_LOG_INFO, "setup: expandable pages of %zu bytes (a multiple of the granularity, %zu)",
+                        ctx->va_gran, ctx->va_align);
         }
     }
+    ctx->desc.expandable_page = ctx->va_gran; /* as resolved: 0 with classic segments */
     gm__arena_init(&ctx->pool[0], GM__ROUND, &ctx->stats, GM_STAT_SMALL_POOL);
     gm__arena_init(&ctx->pool[1], GM__ROUND, &ctx->stats, GM_STAT_LARGE_POOL);
     r = gm__ss_index(ctx, NULL, &si);

@@ -3,6 +3,9 @@
    for expandable ones), classic and expandable, from an empty context and
    the same trace again on it (a second step of a training loop). Nothing is
    touched: this is the allocator's own cost, driver calls included.
+   Expandable segments run twice: with pages of the driver's granularity
+   (2 MiB, the default) and with 20 MiB pages (expandable_page:20M, the
+   size of PyTorch's large expandable pages).
 
    usage: cuda_replay TRACES_DIR [CSV] [EVENTS_DIR]
 
@@ -32,7 +35,7 @@ static double calls_per_op(const gmr_result* r, const gmr_result* before) {
     return r->ops ? (double)c / (double)r->ops : 0;
 }
 
-static int run(const gmt_trace* t, int expandable, figs* f) {
+static int run(const gmt_trace* t, int expandable, size_t page, figs* f) {
     double r[RUNS], r2[RUNS];
     gmr_result res, again;
     int k;
@@ -47,6 +50,7 @@ static int run(const gmt_trace* t, int expandable, figs* f) {
         d.log_fn = gm_log_stderr;
         d.device_budget_fraction = 0.95;
         d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+        d.expandable_page = page;
         if (gm_setup(&ctx, &d) != GM_OK) return 0;
         res = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
         r[k] = res.ns_per_op;
@@ -123,14 +127,16 @@ int main(int argc, char** argv) {
     csv = fopen(csv_path, "w");
     if (csv)
         fprintf(csv, "trace,ops,peak_live,frag_classic,frag_expandable,ns_classic,ns_expandable,ns_classic_again,"
-                     "ns_expandable_again,calls_classic,calls_expandable,calls_classic_again,calls_expandable_again\n");
+                     "ns_expandable_again,calls_classic,calls_expandable,calls_classic_again,calls_expandable_again,"
+                     "frag_expandable20,ns_expandable20,ns_expandable20_again,calls_expandable20,calls_expandable20_again\n");
     printf("CUDA backend, nothing touched; ns per operation, median of %d; fragmentation = 1 - peak live / peak reserved\n\n",
            RUNS);
-    printf("%-40s %6s %9s | %7s %7s | %8s %8s | again: %8s %8s | calls/op: %6s %6s %6s %6s\n", "trace", "ops", "peak GB",
-           "frag cl", "frag ex", "classic", "expand.", "classic", "expand.", "cl", "ex", "cl ag.", "ex ag.");
+    printf("%-36s %6s %7s | %7s %7s %7s | %8s %8s %8s | again: %8s %8s %8s | calls/op: %6s %6s %6s | again: %6s %6s\n",
+           "trace", "ops", "peak GB", "frag cl", "ex 2M", "ex 20M", "classic", "ex 2M", "ex 20M", "classic", "ex 2M", "ex 20M",
+           "cl", "ex 2M", "ex 20M", "ex 2M", "ex 20M");
     for (i = 0; i < n; i++) {
         gmt_trace t;
-        figs c, x;
+        figs c, x, y;
         char* full = (char*)malloc(strlen(path) + strlen(names[i]) + 2);
         sprintf(full, "%s/%s", path, names[i]);
         if (!gmt_load(full, NULL, 1, &t)) {
@@ -141,16 +147,19 @@ int main(int argc, char** argv) {
         if (evdir) dump(evdir, names[i], &t);
         memset(&c, 0, sizeof c);
         memset(&x, 0, sizeof x);
-        if (!run(&t, 0, &c)) c.ns = -1;
-        if (!run(&t, 1, &x)) x.ns = -1;
-        printf("%-40.40s %6zu %9.2f | %6.2f%% %6.2f%% | %8.0f %8.0f |        %8.0f %8.0f |           %6.3f %6.3f %6.3f %6.3f\n",
-               names[i], t.n, (double)t.peak_live / 1e9, 100 * c.frag, 100 * x.frag, c.ns, x.ns, c.ns_again, x.ns_again,
-               c.calls, x.calls, c.calls_again, x.calls_again);
+        memset(&y, 0, sizeof y);
+        if (!run(&t, 0, 0, &c)) c.ns = -1;
+        if (!run(&t, 1, 0, &x)) x.ns = -1;
+        if (!run(&t, 1, (size_t)20 << 20, &y)) y.ns = -1;
+        printf("%-36.36s %6zu %7.2f | %6.2f%% %6.2f%% %6.2f%% | %8.0f %8.0f %8.0f |        %8.0f %8.0f %8.0f |           "
+               "%6.3f %6.3f %6.3f |        %6.3f %6.3f\n",
+               names[i], t.n, (double)t.peak_live / 1e9, 100 * c.frag, 100 * x.frag, 100 * y.frag, c.ns, x.ns, y.ns,
+               c.ns_again, x.ns_again, y.ns_again, c.calls, x.calls, y.calls, x.calls_again, y.calls_again);
         fflush(stdout);
         if (csv)
-            fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.1f,%.1f,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f\n", names[i], t.n,
-                    (unsigned long long)t.peak_live, c.frag, x.frag, c.ns, x.ns, c.ns_again, x.ns_again, c.calls, x.calls,
-                    c.calls_again, x.calls_again);
+            fprintf(csv, "%s,%zu,%llu,%.6f,%.6f,%.1f,%.1f,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.6f,%.1f,%.1f,%.4f,%.4f\n", names[i],
+                    t.n, (unsigned long long)t.peak_live, c.frag, x.frag, c.ns, x.ns, c.ns_again, x.ns_again, c.calls, x.calls,
+                    c.calls_again, x.calls_again, y.frag, y.ns, y.ns_again, y.calls, y.calls_again);
         gmt_free(&t);
         free(names[i]);
     }

@@ -100,9 +100,11 @@ static void test_unmap_waits_for_stream(void) {
     T_OK(gm_stream_create(ctx, &s));
     T_OK(gm_stream_create(ctx, &t));
     T_OK(gm_alloc(ctx, &p, 16 * MiB, s));
-    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g));
     memset(host, 0x11, 16 * MiB);
-    T_OK(gm_memcpy_async(ctx, p, host, 16 * MiB, GM_COPY_HOST_TO_DEVICE, s)); /* runs after the gate */
+    /* from pageable memory: the copy may return only once done (a GPU's
+       does), so it goes before the gate */
+    T_OK(gm_memcpy_async(ctx, p, host, 16 * MiB, GM_COPY_HOST_TO_DEVICE, s));
+    T_OK(gm_launch_host(ctx, s, t_gate_wait, &g)); /* p's stream stays busy */
     T_OK(gm_free(ctx, p));
     t0 = t_now();
     t_open_later(&g, 150);
@@ -284,14 +286,106 @@ static void test_thread_cache(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* desc.expandable_page: rounded up to a multiple of the granularity and
+   reported so; every mapping is whole pages of it; a random walk under a
+   budget of a few pages keeps the invariants (gm_check after each step),
+   and every page goes back. A bad value in the options is a warning and
+   the default. */
+static void test_page_size(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    void* p[24];
+    gm_stats s;
+    size_t pg;
+    int i, k, fails = 0;
+    memset(p, 0, sizeof p);
+    d.conf = "expandable:on,expandable_page:5M";
+    d.device_budget = 60 * MiB;
+    ctx = t_setup(d);
+    pg = gm_query_desc(ctx).expandable_page;
+    T_EQ(pg, 6 * MiB); /* 5 MiB, up to a multiple of 2 MiB */
+    T_OK(gm_alloc(ctx, &p[0], 1 * MiB, NULL)); /* the large pool: one page */
+    s = st(ctx);
+    T_EQ(s.reserved_bytes[GM_STAT_ALL].current, (int64_t)pg);
+    T_EQ(s.num_pages_mapped, 1);
+    T_OK(gm_alloc(ctx, &p[1], 7 * MiB, NULL)); /* 7 MiB more: whole pages, at most three in all */
+    s = st(ctx);
+    T_EQ(s.reserved_bytes[GM_STAT_ALL].current % (int64_t)pg, 0);
+    T_CHECK(s.reserved_bytes[GM_STAT_ALL].current <= (int64_t)(3 * pg));
+    T_OK(gm_free(ctx, p[0]));
+    T_OK(gm_free(ctx, p[1]));
+    p[0] = p[1] = NULL;
+    for (k = 0; k < 3000; k++) {
+        i = (int)(t_rand() % 24);
+        if (p[i]) {
+            T_OK(gm_free(ctx, p[i]));
+            p[i] = NULL;
+        } else {
+            size_t n = (size_t)(t_rand() % (6 * MiB)) + 1;
+            gm_result r = gm_alloc(ctx, &p[i], n, NULL);
+            if (r != GM_OK) {
+                fails += r != GM_ERR_OUT_OF_MEMORY;
+                p[i] = NULL;
+            }
+        }
+        if (gm_check(ctx) != 0) {
+            T_CHECK(!"gm_check failed in the walk");
+            break;
+        }
+        s = st(ctx);
+        if (s.reserved_bytes[GM_STAT_LARGE_POOL].current % (int64_t)pg) {
+            T_CHECK(!"reserved memory of the large pool is not whole pages");
+            break;
+        }
+    }
+    T_EQ(fails, 0);
+    for (i = 0; i < 24; i++)
+        if (p[i]) T_OK(gm_free(ctx, p[i]));
+    T_OK(gm_empty_cache(ctx));
+    T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, 0);
+    T_OK(gm_shutdown(ctx));
+    /* out of range: the default, with a warning */
+    d = t_desc();
+    d.conf = "expandable:on,expandable_page:2G";
+    t_log_count = 0;
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).expandable_page, 2 * MiB);
+    T_CHECK(t_log_count > 0);
+    T_OK(gm_shutdown(ctx));
+    /* set in the desc past 1 GiB: the default, with a warning */
+    d = t_desc();
+    d.expandable = GM_TOGGLE_ON;
+    d.expandable_page = (size_t)-1;
+    t_log_count = 0;
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).expandable_page, 2 * MiB);
+    T_CHECK(t_log_count > 0);
+    T_OK(gm_shutdown(ctx));
+    /* classic segments: no page */
+    ctx = t_setup(t_desc());
+    T_EQ(gm_query_desc(ctx).expandable_page, 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Each case timed: on a GPU every page is a driver call of tens of
+   microseconds, and a slow case should name itself. */
+#define T_RUN(fn)                                                              \
+    do {                                                                       \
+        double t0_ = t_now();                                                  \
+        fn();                                                                  \
+        printf("%s: %.1f s\n", #fn, t_now() - t0_);                            \
+        fflush(stdout);                                                        \
+    } while (0)
+
 int main(void) {
-    test_follows_live();
-    test_holes_reused();
-    test_no_churn();
-    test_unmap_waits_for_stream();
-    test_faults();
-    test_snapshot_and_options();
-    test_tables_follow_use();
-    test_thread_cache();
+    T_RUN(test_follows_live);
+    T_RUN(test_holes_reused);
+    T_RUN(test_no_churn);
+    T_RUN(test_unmap_waits_for_stream);
+    T_RUN(test_faults);
+    T_RUN(test_snapshot_and_options);
+    T_RUN(test_tables_follow_use);
+    T_RUN(test_thread_cache);
+    T_RUN(test_page_size);
     return t_done();
 }

@@ -15,7 +15,8 @@
 #   torch     examples/torch_allocator/train.py --compare (when torch is)
 #   spill     bench/spill_vs_oom on the device
 #   mlp       examples/train_mlp on the device (cuBLAS)
-# STEPS="tests replay" runs a subset; TRACES is the traces' directory.
+# STEPS="tests replay" runs a subset; TRACES is the traces' directory;
+# TEST_TIMEOUT each test's limit in seconds (default 120).
 B=${B:-build}
 TRACES=${TRACES:-../shared/traces}
 STEPS=${STEPS:-info tests vmm replay demo alloc torch spill mlp}
@@ -52,7 +53,7 @@ if has tests; then
             [ -x "$t" ] || continue
             n=$(basename "$t")
             s0=$(date +%s)
-            timeout 120 stdbuf -oL "$t" > "$LOG/t_$n.log" 2>&1
+            timeout "${TEST_TIMEOUT:-120}" stdbuf -oL "$t" > "$LOG/t_$n.log" 2>&1
             rc=$?
             last=$(tail -n 1 "$LOG/t_$n.log")
             echo "$n: exit $rc in $(($(date +%s) - s0)) s: $last"

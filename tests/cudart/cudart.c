@@ -1042,9 +1042,11 @@ static cudaError_t copy(void* dst, const void* src, size_t n, enum cudaMemcpyKin
         if (e != cudaSuccess) return e;
     }
     seq = submitted(s);
-    /* to pageable memory, and every synchronous copy: returns once done (and
-       a host-to-host copy is synchronous with the host) */
-    if (sync || dl == LOC_PAGEABLE || kind == cudaMemcpyHostToHost) {
+    /* to or from pageable memory, and every synchronous copy: returns once
+       done (an asynchronous copy with pageable memory "might be synchronous
+       with respect to host": at the strictest, it waits for the stream's
+       earlier work; a host-to-host copy is synchronous with the host) */
+    if (sync || dl == LOC_PAGEABLE || sl == LOC_PAGEABLE || kind == cudaMemcpyHostToHost) {
         if (s->capturing) return cudaSuccess;
         wait_seq(s, seq);
     }

@@ -275,13 +275,14 @@ static void test_host_function(void) {
 static void test_managed(void) {
     cudaStream_t s;
     char* m;
-    char buf[64];
+    char* buf; /* pinned: a copy with pageable memory may wait for its stream */
     int v;
     gate g;
     struct cudaMemLocation dev0;
     memset(&dev0, 0, sizeof dev0);
     dev0.type = cudaMemLocationTypeDevice, dev0.id = 0;
     gate_init(&g);
+    OK(cudaHostAlloc((void**)&buf, 64, cudaHostAllocDefault));
     OK(cudaMallocManaged((void**)&m, 1 << 20, cudaMemAttachGlobal));
     m[0] = 1; /* idle device: the host may touch it */
     OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -293,13 +294,13 @@ static void test_managed(void) {
     OK(cudaLaunchHostFunc(s, gate_wait, &g)); /* the device is busy */
     nap_ms(20);
     CHECK(segfaults(read_byte, m));
-    memset(buf, 3, sizeof buf);
-    OK(cudaMemcpyAsync(m + 4096, buf, sizeof buf, cudaMemcpyDefault, s)); /* through the device: fine */
+    memset(buf, 3, 64);
+    OK(cudaMemcpyAsync(m + 4096, buf, 64, cudaMemcpyDefault, s)); /* through the device: fine */
     NO_VIOLATION();
     gate_open(&g);
     OK(cudaStreamSynchronize(s));
     EQ(m[4096], 3); /* idle again */
-    OK(cudaMemcpy(m, buf, sizeof buf, cudaMemcpyHostToHost));
+    OK(cudaMemcpy(m, buf, 64, cudaMemcpyHostToHost));
     VIOLATION("host-to-host");
     gmcudart_set_cma(1);
     OK(cudaMemAdvise(m, 4096, cudaMemAdviseSetPreferredLocation, dev0));
@@ -307,6 +308,35 @@ static void test_managed(void) {
     OK(cudaStreamSynchronize(s));
     OK(cudaStreamDestroy(s));
     OK(cudaFree(m));
+    OK(cudaFreeHost(buf));
+}
+
+/* An asynchronous copy with pageable memory "might be synchronous with
+   respect to host": it returns only once the stream's earlier work and the
+   copy are done. */
+static void* open_later(void* arg) {
+    nap_ms(100);
+    gate_open((gate*)arg);
+    return NULL;
+}
+static void test_pageable_waits(void) {
+    cudaStream_t s;
+    gate g;
+    void* d = NULL;
+    char buf[64];
+    pthread_t th;
+    gate_init(&g);
+    memset(buf, 7, sizeof buf);
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    OK(cudaMalloc(&d, sizeof buf));
+    OK(cudaLaunchHostFunc(s, gate_wait, &g));
+    pthread_create(&th, NULL, open_later, &g);
+    OK(cudaMemcpyAsync(d, buf, sizeof buf, cudaMemcpyHostToDevice, s));
+    CHECK(g.ran); /* it waited for the gate */
+    pthread_join(th, NULL);
+    OK(cudaStreamDestroy(s));
+    OK(cudaFree(d));
+    NO_VIOLATION();
 }
 
 /* Out of memory is returned and cleared; an injected device fault sticks. */
@@ -544,6 +574,7 @@ int main(void) {
     test_free_waits();
     test_host_function();
     test_managed();
+    test_pageable_waits();
     test_errors();
     test_fork();
     test_capture();
