@@ -1263,7 +1263,8 @@ struct gm_context {
     uint32_t nss, capss, last_ss;
     size_t va_gran;         /* page size of expandable segments (desc.expandable_page); 0: classic */
     size_t va_align;        /* the backend's granularity: the reservations' alignment */
-    size_t va_extra;        /* reserved bytes allowed above gm__va_keep: every page its limit made go back */
+    size_t va_extra;        /* gm__va_keep's allowance: pages its limit gave back that were mapped again */
+    int va_keep_trim;       /* gm__va_trim runs for gm__va_keep's limit: pages it unmaps are marked GM__PG_TRIMMED */
     gm__block* pending;     /* blocks waiting for record_stream events */
     size_t npending;
     void** evfree;          /* recycled events */
@@ -3821,13 +3822,14 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
    the queue has room for every page of the leaves made. A page is unmapped only once its stream is past the free
    that left it idle (the stream's fences), and idle pages are given back
    before reserved memory grows past gm__va_keep (its peak, or the peak of
-   allocated memory and a slack of 1/2048, and what that limit made go
-   back before), so reserved memory stays close to the peak of live memory
-   without unmapping and mapping again at every step of a loop. At that limit a request lands
+   allocated memory and a slack of 1/2048, and an allowance for pages that
+   limit gave back and were needed again), so reserved memory stays close
+   to the peak of live memory without unmapping and mapping again at every
+   step of a loop. At that limit a request lands
    where its best-fit hole has idle mapped pages (gm__va_take) rather than
    mapping new ones while others are unmapped, and idle pages next to each
    other go back in one backend call. */
-enum { GM__PG_MAPPED = 1, GM__PG_QUEUED = 2 };
+enum { GM__PG_MAPPED = 1, GM__PG_QUEUED = 2, GM__PG_TRIMMED = 4 /* unmapped by gm__va_keep's limit */ };
 typedef struct gm__vpage {
     uint64_t epoch;         /* owner's epoch when the page fell idle */
     uint32_t ref;
@@ -3929,7 +3931,8 @@ static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n) {
         void** h = gm__vhd(v, p);
         gm_result r = ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), m * v->gran, h, &done);
         for (q = 0; q < done; q++) {
-            gm__vpw(v, p + q)->flags &= (uint8_t)~GM__PG_MAPPED;
+            gm__vpage* e = gm__vpw(v, p + q);
+            e->flags = (uint8_t)((e->flags & ~GM__PG_MAPPED) | (ctx->va_keep_trim ? GM__PG_TRIMMED : 0));
             h[q] = NULL;
         }
         v->nmapped -= done;
@@ -3995,24 +3998,28 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
 
 /* How much reserved memory idle pages may make before they go back: the
    peak of reserved memory, or, if more, the peak of allocated memory plus
-   a slack of 1/GM__VA_SLACK of it (whole pages); and above that va_extra,
-   which grows by every byte this limit made go back. A loop that maps
-   pages at its peak while others fall idle (its blocks land a little
-   differently each step) would otherwise unmap and map again step after
-   step, and on a GPU every page is driver calls of 30-100 us (bench/vmm,
-   an H200): with the extra, what one step had to give back the next step
-   keeps, and the churn stops after a step or two, at the cost of reserved
-   memory above the first peak. Replaying PyTorch's traces three times on
-   one context, lm2p7b mapped or unmapped 2.8 pages per operation on the
-   second pass and lmmedium infer 0.5 without it, and no trace any with
-   it; fragmentation went from 0.01-0.65% to 0.01-1.90%, at or below
-   PyTorch's expandable segments' 0.10-2.24% on the same traces (an H200).
-   The budget and gc_threshold still trim below it. */
+   a slack of 1/GM__VA_SLACK of it (whole pages). Pages this limit gave back
+   (GM__PG_TRIMMED) and that are mapped again are churn: a loop whose blocks
+   land a little differently each step maps at its peak while others fall
+   idle, and would unmap and map again step after step; on a GPU every
+   page is driver calls of 30-100 us (bench/vmm, an H200). Each such page
+   adds itself to va_extra, up to 1/GM__VA_EXTRA of the allocated peak, and
+   while there is an extra the limit is the allocated peak, the slack and
+   the extra (not the reserved peak, which the extra itself raises: that
+   ratchet once took minimalloc's packing problems to 1.75x their optimum).
+   Replaying PyTorch's traces three times on one context, lm2p7b mapped or
+   unmapped 2.8 pages per operation on its second pass and lmmedium infer
+   0.5 without the extra; with it, 0.014 and 0, and none on any trace from
+   the third pass, at fragmentation 0.01-1.90% (0.01-0.65% before), still
+   at or below PyTorch's expandable segments' 0.10-2.24% on the same
+   traces (an H200); the packing problems stay within 1.1x. */
 #define GM__VA_SLACK 2048
+#define GM__VA_EXTRA 32
 static int64_t gm__va_keep(const gm_context* ctx, size_t gran) {
     int64_t peak = ctx->stats.reserved_bytes[GM_STAT_ALL].peak, a = ctx->stats.allocated_bytes[GM_STAT_ALL].peak;
     int64_t slack = a / GM__VA_SLACK / (int64_t)gran * (int64_t)gran;
-    return (a + slack > peak ? a + slack : peak) + (int64_t)ctx->va_extra;
+    if (ctx->va_extra) return a + slack + (int64_t)ctx->va_extra; /* not on the reserved peak, which the extra raises */
+    return a + slack > peak ? a + slack : peak;
 }
 
 /* Makes [addr, addr + size) of an expandable segment usable: its pages get
@@ -4036,8 +4043,9 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
         const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
         if (ctx->nosync) wait = 0;
         if (res->current + need > keep) {
-            ctx->va_extra += gm__va_trim(ctx, keep - need, wait);
-            if (ctx->va_extra > ctx->budget) ctx->va_extra = ctx->budget;
+            ctx->va_keep_trim = 1;
+            gm__va_trim(ctx, keep - need, wait);
+            ctx->va_keep_trim = 0;
         }
         if (ctx->desc.gc_threshold > 0 &&
             (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
@@ -4053,7 +4061,16 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
             while (e + 1 <= last && (e + 1) % leaf && !(gm__vp(v, e + 1)->flags & GM__PG_MAPPED)) e++;
             r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), (e - p + 1) * v->gran, gm__vhd(v, p));
             if (r != GM_OK) break;
-            for (q = p; q <= e; q++) gm__vpw(v, q)->flags |= GM__PG_MAPPED;
+            for (q = p; q <= e; q++) {
+                gm__vpage* w = gm__vpw(v, q);
+                if (w->flags & GM__PG_TRIMMED) ctx->va_extra += v->gran; /* the limit gave it back; it is needed again */
+                w->flags = (uint8_t)((w->flags & ~GM__PG_TRIMMED) | GM__PG_MAPPED);
+            }
+            {   /* at most 1/GM__VA_EXTRA of the allocated peak: one pass that reuses its address space
+                       (a packing problem) fills it */
+                size_t cap = (size_t)ctx->stats.allocated_bytes[GM_STAT_ALL].peak / GM__VA_EXTRA;
+                if (ctx->va_extra > cap) ctx->va_extra = cap;
+            }
             v->nmapped += e - p + 1;
             gm__arena_remap(seg->arena, seg, (int64_t)((e - p + 1) * v->gran));
             ctx->stats.num_device_alloc++;
