@@ -195,7 +195,7 @@ $(B)/bench-cuda-replay: bench/cuda_replay.c bench/bench.h examples/pick_backend.
 
 # The driver's virtual-memory calls against cudaMalloc (a GPU machine only:
 # it links the driver, from the toolkit's stub at build time).
-$(B)/bench-vmm: bench/vmm.c
+$(B)/bench-vmm: bench/vmm.c bench/bench.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -D_POSIX_C_SOURCE=200809L -O2 $(CUDA_INC) $< -o $@ -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -lcudart -lcuda
 

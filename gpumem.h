@@ -544,8 +544,8 @@ typedef struct gm_desc {
     size_t expandable_page;        /* page of expandable segments, rounded up to a multiple of the
                                       backend's granularity (2 MiB on the sim and on current GPUs);
                                       default that granularity. On CUDA each page is one physical
-                                      allocation, mapped and unmapped by its own driver calls (about
-                                      40 us each on an H100, whatever the size): larger pages make
+                                      allocation, mapped and unmapped by its own driver calls (30 to
+                                      100 us each on an H200, whatever the size): larger pages make
                                       fewer calls, and reserved memory coarser */
 } gm_desc;
 
@@ -1264,7 +1264,6 @@ struct gm_context {
     size_t va_gran;         /* page size of expandable segments (desc.expandable_page); 0: classic */
     size_t va_align;        /* the backend's granularity: the reservations' alignment */
     size_t va_extra;        /* gm__va_keep's allowance: pages its limit gave back that were mapped again */
-    int va_keep_trim;       /* gm__va_trim runs for gm__va_keep's limit: pages it unmaps are marked GM__PG_TRIMMED */
     gm__block* pending;     /* blocks waiting for record_stream events */
     size_t npending;
     void** evfree;          /* recycled events */
@@ -3921,9 +3920,10 @@ static void gm__va_queue(gm__vseg* v, size_t p) {
 }
 
 /* Unmaps the n mapped pages from p on, in one backend call per leaf of
-   the page tables (they stay in the idle queue, skipped when reached).
+   the page tables (they stay in the idle queue, skipped when reached),
+   marking them GM__PG_TRIMMED when gm__va_keep's limit asked (`trimmed`).
    Returns whether all went. */
-static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n) {
+static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n, int trimmed) {
     gm__vseg* v = seg->va;
     size_t leaf = (size_t)1 << v->hd.shift;
     while (n) {
@@ -3932,7 +3932,7 @@ static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n) {
         gm_result r = ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), m * v->gran, h, &done);
         for (q = 0; q < done; q++) {
             gm__vpage* e = gm__vpw(v, p + q);
-            e->flags = (uint8_t)((e->flags & ~GM__PG_MAPPED) | (ctx->va_keep_trim ? GM__PG_TRIMMED : 0));
+            e->flags = (uint8_t)((e->flags & ~GM__PG_MAPPED) | (trimmed ? GM__PG_TRIMMED : 0));
             h[q] = NULL;
         }
         v->nmapped -= done;
@@ -3962,8 +3962,9 @@ static void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t s
 
 /* Unmaps idle pages whose stream is past them, oldest first, until reserved
    memory is at most `target`; each with the idle pages after it that the
-   target still wants, in one backend call. Returns the bytes given back. */
-static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
+   target still wants, in one backend call; `trimmed`: for gm__va_keep's
+   limit (the pages are marked). Returns the bytes given back. */
+static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed) {
     size_t freed = 0;
     uint32_t i;
     int pl;
@@ -3987,7 +3988,7 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait) {
                            !(f = gm__vp(v, p + n))->ref && (f->flags & GM__PG_MAPPED) &&
                            gm__epoch_safe(ctx, &ctx->ss[i], f->epoch, 0))
                         n++;
-                    if (!gm__va_unmap_run(ctx, seg, p, n)) return freed;
+                    if (!gm__va_unmap_run(ctx, seg, p, n, trimmed)) return freed;
                     freed += n * v->gran;
                 }
             }
@@ -4040,17 +4041,16 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
     }
     if (k) {
         int64_t need = (int64_t)(k * v->gran), keep = gm__va_keep(ctx, v->gran);
+        /* the allowance's cap: one pass that reuses its address space (a packing problem) fills it */
+        size_t extra_cap = (size_t)ctx->stats.allocated_bytes[GM_STAT_ALL].peak / GM__VA_EXTRA;
         const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
         if (ctx->nosync) wait = 0;
-        if (res->current + need > keep) {
-            ctx->va_keep_trim = 1;
-            gm__va_trim(ctx, keep - need, wait);
-            ctx->va_keep_trim = 0;
-        }
+        if (res->current + need > keep) gm__va_trim(ctx, keep - need, wait, 1);
         if (ctx->desc.gc_threshold > 0 &&
             (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
-            gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait);
-        if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) gm__va_trim(ctx, (int64_t)ctx->budget - need, wait);
+            gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait, 0);
+        if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget)
+            gm__va_trim(ctx, (int64_t)ctx->budget - need, wait, 0);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) r = GM_ERR_OUT_OF_MEMORY;
         for (p = first; p <= last && r == GM_OK;) { /* each run of unmapped pages in one call (per leaf) */
             size_t e = p, q, leaf = (size_t)1 << v->hd.shift;
@@ -4063,13 +4063,9 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
             if (r != GM_OK) break;
             for (q = p; q <= e; q++) {
                 gm__vpage* w = gm__vpw(v, q);
-                if (w->flags & GM__PG_TRIMMED) ctx->va_extra += v->gran; /* the limit gave it back; it is needed again */
+                if (w->flags & GM__PG_TRIMMED) /* the limit gave it back; it is needed again */
+                    ctx->va_extra = ctx->va_extra + v->gran < extra_cap ? ctx->va_extra + v->gran : extra_cap;
                 w->flags = (uint8_t)((w->flags & ~GM__PG_TRIMMED) | GM__PG_MAPPED);
-            }
-            {   /* at most 1/GM__VA_EXTRA of the allocated peak: one pass that reuses its address space
-                       (a packing problem) fills it */
-                size_t cap = (size_t)ctx->stats.allocated_bytes[GM_STAT_ALL].peak / GM__VA_EXTRA;
-                if (ctx->va_extra > cap) ctx->va_extra = cap;
             }
             v->nmapped += e - p + 1;
             gm__arena_remap(seg->arena, seg, (int64_t)((e - p + 1) * v->gran));
@@ -4180,7 +4176,7 @@ static void gm__vseg_close(gm_context* ctx, gm__seg* seg) {
         if (gm__vp(v, p)->flags & GM__PG_MAPPED) {
             size_t n = 1;
             while (p + n < end && (gm__vp(v, p + n)->flags & GM__PG_MAPPED)) n++;
-            (void)gm__va_unmap_run(ctx, seg, p, n);
+            (void)gm__va_unmap_run(ctx, seg, p, n, 0);
             p += n - 1;
         }
     ctx->be->va_release(ctx, (void*)seg->base, seg->size);
@@ -4347,7 +4343,7 @@ static int gm__release_seg(gm_context* ctx, gm__seg* s) {
 /* Gives back whole-free segments whose last use completed (waiting for it
    when asked), oldest first, until reserved <= target. Returns bytes. */
 static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
-    size_t freed = ctx->va_gran ? gm__va_trim(ctx, target, wait) : 0;
+    size_t freed = ctx->va_gran ? gm__va_trim(ctx, target, wait, 0) : 0;
     for (;;) {
         gm__seg *s, *old = NULL;
         int pl;

@@ -27,49 +27,28 @@
 
 typedef struct figs {
     double ns, ns_again, frag, calls, calls_again;
-    int64_t peak_reserved;
 } figs;
 
-static double calls_per_op(const gmr_result* r, const gmr_result* before) {
-    int64_t c = r->device_allocs + r->device_frees - (before ? before->device_allocs + before->device_frees : 0);
-    return r->ops ? (double)c / (double)r->ops : 0;
-}
-
 static int run(const gmt_trace* t, int expandable, size_t page, figs* f) {
-    double r[RUNS], r2[RUNS];
-    gmr_result res, again;
-    int k;
-    memset(&res, 0, sizeof res);
-    memset(&again, 0, sizeof again);
-    for (k = 0; k < RUNS; k++) {
-        gm_context* ctx;
-        gm_desc d;
-        memset(&d, 0, sizeof d);
-        d.backend = GM_BACKEND_CUDA;
-        d.ignore_env = 1;
-        d.log_fn = gm_log_stderr;
-        d.device_budget_fraction = 0.95;
-        d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
-        d.expandable_page = page;
-        if (gm_setup(&ctx, &d) != GM_OK) return 0;
-        res = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
-        r[k] = res.ns_per_op;
-        again = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
-        r2[k] = again.ns_per_op;
-        if (res.error != GM_OK || res.ooms || again.error != GM_OK || again.ooms || gm_check(ctx) != 0) {
-            fprintf(stderr, "cuda_replay: %s: %s %s (%lld and %lld out of memory)\n", expandable ? "expandable" : "classic",
-                    res.error_msg, again.error_msg, (long long)res.ooms, (long long)again.ooms);
-            gm_shutdown(ctx);
-            return 0;
-        }
-        gm_shutdown(ctx);
+    gm_desc d;
+    gmr_twice g;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_CUDA;
+    d.ignore_env = 1;
+    d.log_fn = gm_log_stderr;
+    d.device_budget_fraction = 0.95;
+    d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+    d.expandable_page = page;
+    if (!gmr_run_twice(&d, t, RUNS, &g)) {
+        fprintf(stderr, "cuda_replay: %s: %s %s (%lld and %lld out of memory)\n", expandable ? "expandable" : "classic",
+                g.first.error_msg, g.again.error_msg, (long long)g.first.ooms, (long long)g.again.ooms);
+        return 0;
     }
-    f->ns = bench_median(r, RUNS);
-    f->ns_again = bench_median(r2, RUNS);
-    f->frag = res.frag;
-    f->peak_reserved = res.peak_reserved;
-    f->calls = calls_per_op(&res, NULL);
-    f->calls_again = calls_per_op(&again, &res);
+    f->ns = g.ns;
+    f->ns_again = g.ns_again;
+    f->frag = g.first.frag;
+    f->calls = g.calls;
+    f->calls_again = g.calls_again;
     return 1;
 }
 

@@ -64,46 +64,19 @@ static double host_ns(const gmt_trace* t) {
     return median(r, RUNS);
 }
 
-typedef struct gm_figs {
-    double ns, ns_again;       /* median ns per operation: from empty, and the trace again */
-    double calls, calls_again; /* backend calls per operation (the last run's) */
-} gm_figs;
-
-static double calls_per_op(const gmr_result* r, const gmr_result* before) {
-    int64_t c = r->device_allocs + r->device_frees - (before ? before->device_allocs + before->device_frees : 0);
-    return r->ops ? (double)c / (double)r->ops : 0;
-}
-
-static gmr_result gm_run(const gmt_trace* t, int expandable, gm_figs* g) {
-    double r[RUNS], r2[RUNS];
-    gmr_result res, again;
-    int k;
-    memset(&res, 0, sizeof res);
-    for (k = 0; k < RUNS; k++) {
-        gm_context* ctx;
-        gm_desc d;
-        memset(&d, 0, sizeof d);
-        d.backend = GM_BACKEND_SIM;
-        d.ignore_env = 1;
-        d.log_fn = gm_log_stderr;
-        d.sim.capacity = (size_t)1 << 40;
-        d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
-        if (gm_setup(&ctx, &d) != GM_OK) exit(1);
-        res = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
-        r[k] = res.ns_per_op;
-        again = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
-        r2[k] = again.ns_per_op;
-        if (res.error != GM_OK || res.ooms || again.error != GM_OK || again.ooms || gm_check(ctx) != 0) {
-            fprintf(stderr, "replay: gpumem failed on a trace: %s%s\n", res.error_msg, again.error_msg);
-            exit(1);
-        }
-        gm_shutdown(ctx);
+static gmr_result gm_run(const gmt_trace* t, int expandable, gmr_twice* g) {
+    gm_desc d;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    d.log_fn = gm_log_stderr;
+    d.sim.capacity = (size_t)1 << 40;
+    d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+    if (!gmr_run_twice(&d, t, RUNS, g)) {
+        fprintf(stderr, "replay: gpumem failed on a trace: %s%s\n", g->first.error_msg, g->again.error_msg);
+        exit(1);
     }
-    g->ns = median(r, RUNS);
-    g->ns_again = median(r2, RUNS);
-    g->calls = calls_per_op(&res, NULL);
-    g->calls_again = calls_per_op(&again, &res);
-    return res;
+    return g->first;
 }
 
 static double meta_frag(const char* csv_path) {
@@ -213,7 +186,7 @@ int main(int argc, char** argv) {
     for (i = 0; i < n; i++) {
         gmt_trace t;
         gmr_result c, e;
-        gm_figs gc, ge;
+        gmr_twice gc, ge;
         double nc, ne, pf = meta_frag(traces[i]), oc = -1, oe = -1;
         const char* name = strrchr(traces[i], '/') + 1;
         char pfs[16] = "-", ocs[16] = "-", oes[16] = "-", lv[16];

@@ -14,22 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
+
 #define REPS 15
 #define MiB ((size_t)1 << 20)
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-static int cmp(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-static double med(double* v) {
-    qsort(v, REPS, sizeof *v, cmp);
-    return v[REPS / 2];
-}
+static double now_us(void) { return bench_now_ns() / 1e3; }
+static double med(double* v) { return bench_median(v, REPS); }
 #define CK(x)                                                              \
     do {                                                                   \
         CUresult r_ = (x);                                                 \

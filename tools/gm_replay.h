@@ -105,6 +105,61 @@ static inline gmr_result gmr_run(gm_context* ctx, const gmt_trace* t, size_t sto
     return r;
 }
 
+/* The backend calls (allocations and frees, or maps and unmaps) per
+   operation of r, counting from `before` (NULL: from setup). */
+static inline double gmr_calls_per_op(const gmr_result* r, const gmr_result* before) {
+    int64_t c = r->device_allocs + r->device_frees - (before ? before->device_allocs + before->device_frees : 0);
+    return r->ops ? (double)c / (double)r->ops : 0;
+}
+
+/* A trace replayed `runs` times (1..9), each from a context made from *d
+   and then once more on it (the trace again: a training loop's second
+   step): the median ns per operation of each pass, the backend calls per
+   operation of the last run's two passes, and that run's first pass.
+   Returns 0 when setup fails, or a replay errs, runs out of memory or
+   leaves gm_check unhappy (the last one's results say which). */
+typedef struct gmr_twice {
+    double ns, ns_again, calls, calls_again;
+    gmr_result first, again;
+} gmr_twice;
+
+static inline double gmr_median_(double* v, int n) {
+    int i, j;
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return v[n / 2];
+}
+
+static inline int gmr_run_twice(const gm_desc* d, const gmt_trace* t, int runs, gmr_twice* out) {
+    double r[9], r2[9];
+    int k;
+    memset(out, 0, sizeof *out);
+    if (runs < 1) runs = 1;
+    if (runs > 9) runs = 9;
+    for (k = 0; k < runs; k++) {
+        gm_context* ctx;
+        int bad;
+        if (gm_setup(&ctx, d) != GM_OK) return 0;
+        out->first = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+        out->again = gmr_run(ctx, t, 0, 0, 0, NULL, NULL);
+        r[k] = out->first.ns_per_op;
+        r2[k] = out->again.ns_per_op;
+        bad = out->first.error != GM_OK || out->first.ooms || out->again.error != GM_OK || out->again.ooms ||
+              gm_check(ctx) != 0;
+        gm_shutdown(ctx);
+        if (bad) return 0;
+    }
+    out->ns = gmr_median_(r, runs);
+    out->ns_again = gmr_median_(r2, runs);
+    out->calls = gmr_calls_per_op(&out->first, NULL);
+    out->calls_again = gmr_calls_per_op(&out->again, &out->first);
+    return 1;
+}
+
 /* Finds the event after which reserved memory first reached its peak. */
 typedef struct gmr_peak {
     int64_t best;
