@@ -194,9 +194,10 @@
       - cut into extents by the same arena as the device and host pools,
         aligned to the file system's direct-I/O alignment (4 KiB or more).
     A transfer is cut into chunks (disk_chunk, 1 MiB) through pinned
-    staging slots, with up to disk_depth (32) chunks in flight: the copy of
-    the next chunks off the device, their CRC32C and the disk I/O overlap,
-    and each completion refills the queue. With GPUMEM_URING the I/O goes
+    staging slots (disk_depth and half again: 48 MiB by default), with up
+    to disk_depth (32) chunks in flight: the copy of the next chunks off
+    the device, their CRC32C and the disk I/O overlap, and each completion
+    refills the queue while the other slots' copies run. With GPUMEM_URING the I/O goes
     through io_uring with the staging buffers and the file registered
     (flags and registrations the kernel refuses are dropped one by one; a
     kernel without io_uring gets pread/pwrite, with a warning); disk_io:
@@ -628,8 +629,8 @@ typedef struct gm_tier_stats {
     int64_t swaps;            /* of the evictions, those that traded places with a tensor brought
                                  in from the host tier (device and host both full) or from disk
                                  (every tier full) */
-    int64_t disk_backlog_ns;  /* time with chunks waiting for a free I/O slot (the disk is the
-                                 bottleneck then) */
+    int64_t disk_backlog_ns;  /* time with chunks waiting while the I/O queue is full or every
+                                 staging slot is taken (the disk is the bottleneck then) */
     int64_t disk_backlog_depth_ns; /* I/Os in flight integrated over that time: the ratio is the
                                  mean depth while work waits (disk_depth when the queue is kept full) */
     /* the most tensor bytes each tier held since setup or gm_tier_reset_peaks */
@@ -6724,8 +6725,13 @@ GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t
 /* >>crc -------------------------------------------------------------------
    CRC32C (Castagnoli), as iSCSI and ext4 use it: gm__crc32c(0, p, n) is
    the CRC of p[0..n), and gm__crc32c(crc, q, m) continues it over q. The
-   SSE4.2 instruction where the CPU has it (about 8 bytes per 3 cycles),
-   else slicing by 8 over tables made once. */
+   SSE4.2 instruction where the CPU has it, else slicing by 8 over tables
+   made once. The instruction takes 3 cycles and can start every cycle, so
+   three lanes of GM__CRC_LANE bytes run side by side (8 bytes a cycle, not
+   8 per 3: the disk engine checks every byte it moves, on one thread) and
+   are joined by the operators that append a lane's and two lanes' worth
+   of zero bytes to a CRC, as tables (the register is linear: the CRC of
+   a || b is shift(crc(a), |b|) ^ crc(b) started from zero). */
 static uint32_t gm__crc_tab[8][256];
 static pthread_once_t gm__crc_once = PTHREAD_ONCE_INIT;
 
@@ -6756,9 +6762,31 @@ static uint32_t gm__crc32c_sw(uint32_t c, const unsigned char* p, size_t n) {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define GM__CRC_HW 1
+#define GM__CRC_LANE 4096
+static uint32_t gm__crc_lane[2][4][256]; /* appending one lane, two lanes of zeros, a byte of the CRC at a time */
+
+static uint32_t gm__crc_shift_tab(uint32_t t[4][256], uint32_t c) {
+    return t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ t[2][(c >> 16) & 0xff] ^ t[3][c >> 24];
+}
+
 __attribute__((target("sse4.2"))) static uint32_t gm__crc32c_hw(uint32_t c, const unsigned char* p, size_t n) {
     uint64_t c64;
     for (; n && ((uintptr_t)p & 7); n--) c = __builtin_ia32_crc32qi(c, *p++);
+    for (; n >= 3 * GM__CRC_LANE; n -= 3 * GM__CRC_LANE, p += 3 * GM__CRC_LANE) {
+        uint64_t a = c, b = 0, d = 0;
+        size_t i;
+        for (i = 0; i < GM__CRC_LANE; i += 8) {
+            uint64_t u, v, w;
+            memcpy(&u, p + i, 8);
+            memcpy(&v, p + GM__CRC_LANE + i, 8);
+            memcpy(&w, p + 2 * GM__CRC_LANE + i, 8);
+            a = __builtin_ia32_crc32di(a, u);
+            b = __builtin_ia32_crc32di(b, v);
+            d = __builtin_ia32_crc32di(d, w);
+        }
+        c = gm__crc_shift_tab(gm__crc_lane[1], (uint32_t)a) ^ gm__crc_shift_tab(gm__crc_lane[0], (uint32_t)b) ^
+            (uint32_t)d;
+    }
     c64 = c;
     for (; n >= 8; n -= 8, p += 8) {
         uint64_t v;
@@ -6771,12 +6799,23 @@ __attribute__((target("sse4.2"))) static uint32_t gm__crc32c_hw(uint32_t c, cons
 }
 #endif
 
+static void gm__crc32c_shift(uint32_t* op, size_t len);
+static uint32_t gm__gf2_times(const uint32_t* mat, uint32_t vec);
 static int gm__crc_hw;
 static void gm__crc_setup(void) {
     gm__crc_init();
 #ifdef GM__CRC_HW
     __builtin_cpu_init();
     gm__crc_hw = __builtin_cpu_supports("sse4.2");
+    if (gm__crc_hw) {
+        int k, b, v;
+        for (k = 0; k < 2; k++) {
+            uint32_t op[32];
+            gm__crc32c_shift(op, (size_t)(k + 1) * GM__CRC_LANE);
+            for (b = 0; b < 4; b++)
+                for (v = 0; v < 256; v++) gm__crc_lane[k][b][v] = gm__gf2_times(op, (uint32_t)v << (8 * b));
+        }
+    }
 #endif
 }
 
@@ -6876,8 +6915,10 @@ static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
      else reads or writes them meanwhile;
    - a job starts no I/O before its gates (events) completed: the copies
      that fill its memory, or that last used it;
-   - a slot is one I/O in flight (at most `depth`); a staged job's chunk
-     uses the slot's buffer, and a slot whose buffer a copy into device
+   - a slot carries one chunk of a job (nslot of them, each with a
+     staging buffer); at most `depth` of them have an I/O in flight, the
+     others wait for a staging copy, for their turn in order, or for a
+     free place in the queue; a staged job's chunk uses the slot's buffer, and a slot whose buffer a copy into device
      memory still reads has ev_pending set: no read lands in it before that
      event completed, and a copy into it (on another stream) is queued
      behind that event;
@@ -6945,7 +6986,10 @@ typedef struct gm__disk {
     int direct;
     int checksum;
     size_t align, chunk, budget, reserved;
-    int depth, inflight;
+    int depth, inflight;    /* I/Os in flight: at most depth */
+    int nslot;              /* slots (each with a staging buffer): depth and half again, so that
+                               staging copies and chunks waiting to be released in order do not
+                               take I/O slots */
     char* staging;
     gm__dslot* slot;
     gm__arena ar;
@@ -7045,7 +7089,7 @@ static int gm__uring_open(gm_context* ctx, gm__disk* dk) {
         return 0;
     }
     iov.iov_base = dk->staging;
-    iov.iov_len = dk->chunk * (size_t)dk->depth;
+    iov.iov_len = dk->chunk * (size_t)dk->nslot;
     /* a sparse table (Linux 5.19), so the host pool's chunks can join it one by one */
     e = io_uring_register_buffers_sparse(&dk->ring, GM__REGBUFS);
     if (e == 0) e = io_uring_register_buffers_update_tag(&dk->ring, 0, &iov, NULL, 1) == 1 ? 0 : -EINVAL;
@@ -7235,7 +7279,7 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
         dk->broken = 1;
         gm__dio_account(dk);
         dk->inflight = 0;
-        for (i = 0; i < dk->depth; i++)
+        for (i = 0; i < dk->nslot; i++)
             if (dk->slot[i].job && dk->slot[i].job->kind == GM__J_READ_DEV) {
                 gm__job_fail(dk->slot[i].job, GM_ERR_IO);
                 dk->slot[i].io_done = 1;
@@ -7276,12 +7320,20 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
     sl->job = NULL;
 }
 
+/* A slot without a job, one whose buffer no copy still reads first; -1
+   when every slot is taken. */
 static int gm__slot_free(const gm__disk* dk) {
-    int i;
-    for (i = 0; i < dk->depth; i++)
-        if (!dk->slot[i].job) return i;
-    return -1;
+    int i, any = -1;
+    for (i = 0; i < dk->nslot; i++)
+        if (!dk->slot[i].job) {
+            if (!dk->slot[i].ev_pending) return i;
+            if (any < 0) any = i;
+        }
+    return any;
 }
+
+/* Room in the I/O queue for one more. */
+static int gm__dio_room(const gm__disk* dk) { return dk->inflight < dk->depth; }
 
 static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uint64_t off, size_t len) {
     sl->job = j;
@@ -7320,7 +7372,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
     if (j->res != GM_OK) { /* no more I/O: the chunks in flight are reaped (a staged read's, in order) */
         while (j->kind == GM__J_READ_DEV && j->finished < j->sent && dk->slot[j->fifo[j->fhead]].io_done) {
             dk->slot[j->fifo[j->fhead]].job = NULL;
-            j->fhead = (j->fhead + 1) % (size_t)dk->depth;
+            j->fhead = (j->fhead + 1) % (size_t)dk->nslot;
             j->finished++;
             did = 1;
         }
@@ -7329,7 +7381,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
     switch (j->kind) {
     case GM__J_WRITE_MEM:
     case GM__J_READ_MEM: /* straight between host memory and the file */
-        while (j->sent < j->n && (k = gm__slot_free(dk)) >= 0) {
+        while (j->sent < j->n && gm__dio_room(dk) && (k = gm__slot_free(dk)) >= 0) {
             size_t at = j->sent * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->sent);
             int w = j->kind == GM__J_WRITE_MEM;
             if (w && dk->checksum) j->crc = gm__crc32c(j->crc, j->mem + at, len);
@@ -7345,7 +7397,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
         }
         break;
     case GM__J_WRITE_DEV: /* device -> staging (copies on j->copy) -> file, in order */
-        while (j->staged < j->n && j->staged - j->sent < (size_t)dk->depth && (k = gm__slot_free(dk)) >= 0) {
+        while (j->staged < j->n && j->staged - j->sent < (size_t)dk->nslot && (k = gm__slot_free(dk)) >= 0) {
             gm__dslot* sl = &dk->slot[k];
             size_t at = j->staged * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->staged);
             err = sl->ev_pending ? ctx->be->stream_wait_event(ctx, j->copy, sl->ev) : GM_OK; /* a copy out goes first */
@@ -7359,11 +7411,11 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             gm__dslot_start(sl, j, 1, sl->buf, j->off + at, gm__round_up(len, dk->align));
             sl->fixed = dk->fixed_buf ? 0 : -1;
             dk->slot[k].io_done = 0;
-            j->fifo[(j->fhead + (j->staged - j->sent)) % (size_t)dk->depth] = k;
+            j->fifo[(j->fhead + (j->staged - j->sent)) % (size_t)dk->nslot] = k;
             j->staged++;
             did = 1;
         }
-        while (j->sent < j->staged) { /* the copies that landed: their CRC, then the write */
+        while (j->sent < j->staged && gm__dio_room(dk)) { /* the copies that landed: their CRC, then the write */
             gm__dslot* sl;
             size_t len = gm__chunk_len(dk, j->bytes, j->sent);
             gm_result q;
@@ -7380,7 +7432,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             }
             sl->ev_pending = 0;
             if (dk->checksum) j->crc = gm__crc32c(j->crc, sl->buf, len);
-            j->fhead = (j->fhead + 1) % (size_t)dk->depth;
+            j->fhead = (j->fhead + 1) % (size_t)dk->nslot;
             j->sent++;
             did = 1;
             if ((err = gm__dio_submit(ctx, dk, k)) != GM_OK) {
@@ -7392,7 +7444,8 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
         }
         break;
     case GM__J_READ_DEV: /* file -> staging -> device (copies on j->copy), in order */
-        while (j->sent < j->n && j->sent - j->finished < (size_t)dk->depth && (k = gm__slot_free(dk)) >= 0) {
+        while (j->sent < j->n && j->sent - j->finished < (size_t)dk->nslot && gm__dio_room(dk) &&
+               (k = gm__slot_free(dk)) >= 0) {
             gm__dslot* sl = &dk->slot[k];
             size_t at = j->sent * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->sent);
             if (sl->ev_pending) { /* its last copy out may still read it */
@@ -7405,7 +7458,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             }
             gm__dslot_start(sl, j, 0, sl->buf, j->off + at, gm__round_up(len, dk->align));
             sl->fixed = dk->fixed_buf ? 0 : -1;
-            j->fifo[(j->fhead + (j->sent - j->finished)) % (size_t)dk->depth] = k;
+            j->fifo[(j->fhead + (j->sent - j->finished)) % (size_t)dk->nslot] = k;
             j->sent++;
             did = 1;
             if ((err = gm__dio_submit(ctx, dk, k)) != GM_OK) {
@@ -7424,7 +7477,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, j->copy);
             if (err == GM_OK) sl->ev_pending = 1;
             sl->job = NULL;
-            j->fhead = (j->fhead + 1) % (size_t)dk->depth;
+            j->fhead = (j->fhead + 1) % (size_t)dk->nslot;
             j->finished++;
             did = 1;
             if (err != GM_OK) gm__job_fail(j, err);
@@ -7449,7 +7502,7 @@ static void gm__job_finish(gm__disk* dk, gm__job* j) {
     gm__job** pp;
     pthread_mutex_lock(&dk->mu);
     if (j->kind == GM__J_WRITE_DEV) /* staged copies never sent: their slots come back */
-        for (i = 0; i < dk->depth; i++)
+        for (i = 0; i < dk->nslot; i++)
             if (dk->slot[i].job == j) dk->slot[i].job = NULL;
     pthread_mutex_unlock(&dk->mu);
     if (j->res == GM_OK && j->kind == GM__J_READ_MEM && dk->checksum) { /* the chunks' CRCs, combined */
@@ -7510,16 +7563,18 @@ static void* gm__disk_engine(void* arg) {
                     sleep_on = j->gate[0] && ctx->be->event_query(ctx, j->gate[0]) == GM_NOT_READY ? j->gate[0] : j->gate[1];
                 } else {
                     int i;
-                    for (i = 0; i < dk->depth && !sleep_on; i++)
+                    for (i = 0; i < dk->nslot && !sleep_on; i++)
                         if (dk->slot[i].ev_pending && (dk->slot[i].job == j || !dk->slot[i].job)) sleep_on = dk->slot[i].ev;
                 }
             }
         }
-        { /* chunks waiting while every slot is taken: the disk is the bottleneck (for the figures) */
-            int bl = 0;
-            if (gm__slot_free(dk) < 0)
+        { /* chunks waiting while the queue is full or every slot taken: the disk (or the staging)
+             is the bottleneck (for the figures) */
+            int bl = 0, qfull = !gm__dio_room(dk);
+            if (qfull || gm__slot_free(dk) < 0)
                 for (j = dk->jobs; j && !bl; j = j->next)
-                    bl = !j->finishing && j->res == GM_OK && (j->kind == GM__J_WRITE_DEV ? j->staged : j->sent) < j->n;
+                    bl = !j->finishing && j->res == GM_OK &&
+                         (qfull || j->kind != GM__J_WRITE_DEV ? j->sent : j->staged) < j->n;
             if (bl != dk->backlog) {
                 gm__dio_account(dk);
                 dk->backlog = bl;
@@ -7568,7 +7623,7 @@ static gm__job* gm__job_new(gm__disk* dk, int kind, uint64_t off, size_t bytes) 
     gm__job* j = (gm__job*)gm__calloc(sizeof *j);
     if (!j) return NULL;
     if ((kind == GM__J_WRITE_DEV || kind == GM__J_READ_DEV) &&
-        !(j->fifo = (int*)GPUMEM_MALLOC((size_t)dk->depth * sizeof *j->fifo))) {
+        !(j->fifo = (int*)GPUMEM_MALLOC((size_t)dk->nslot * sizeof *j->fifo))) {
         GPUMEM_FREE(j);
         return NULL;
     }
@@ -7713,9 +7768,9 @@ static void gm__disk_close(gm_context* ctx) {
     if (dk->uring) io_uring_queue_exit(&dk->ring);
 #endif
     if (dk->slot)
-        for (i = 0; i < dk->depth; i++)
+        for (i = 0; i < dk->nslot; i++)
             if (dk->slot[i].ev) ctx->be->event_destroy(ctx, dk->slot[i].ev);
-    if (dk->staging) gm__pinned_free(ctx, dk->staging, dk->chunk * (size_t)dk->depth);
+    if (dk->staging) gm__pinned_free(ctx, dk->staging, dk->chunk * (size_t)dk->nslot);
     if (dk->fd >= 0) close(dk->fd);
     gm__arena_destroy(&dk->ar);
     pthread_cond_destroy(&dk->cv);
@@ -7753,6 +7808,7 @@ static gm_result gm__disk_open(gm_context* ctx) {
     }
     dk->checksum = d->disk_checksum != GM_TOGGLE_OFF;
     dk->depth = d->disk_depth;
+    dk->nslot = dk->depth + (dk->depth + 1) / 2;
     dk->fd = gm__disk_create(ctx, d->disk_dir, O_DIRECT);
     dk->direct = dk->fd >= 0;
     if (dk->fd < 0 && errno == EINVAL) { /* no O_DIRECT here (tmpfs): the page cache it is */
@@ -7779,15 +7835,15 @@ static gm_result gm__disk_open(gm_context* ctx) {
     dk->budget = d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize;
     dk->budget -= dk->budget % dk->align;
     gm__arena_init(&dk->ar, dk->align, NULL, 0);
-    dk->slot = (gm__dslot*)gm__calloc((size_t)dk->depth * sizeof *dk->slot);
+    dk->slot = (gm__dslot*)gm__calloc((size_t)dk->nslot * sizeof *dk->slot);
     dk->pend = (int*)gm__calloc((size_t)dk->depth * 2 * sizeof *dk->pend);
-    if (!dk->slot || !dk->pend || gm__pinned_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->depth) != GM_OK) {
+    if (!dk->slot || !dk->pend || gm__pinned_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->nslot) != GM_OK) {
         dk->staging = NULL;
-        gm__log(ctx, GM_LOG_ERROR, "disk: no host memory for %d staging buffers of %zu bytes", dk->depth, dk->chunk);
+        gm__log(ctx, GM_LOG_ERROR, "disk: no host memory for %d staging buffers of %zu bytes", dk->nslot, dk->chunk);
         gm__disk_close(ctx);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
-    for (i = 0; i < dk->depth; i++) {
+    for (i = 0; i < dk->nslot; i++) {
         dk->slot[i].buf = dk->staging + (size_t)i * dk->chunk;
         if (ctx->be->event_create(ctx, &dk->slot[i].ev) != GM_OK) {
             dk->slot[i].ev = NULL;
@@ -7807,7 +7863,8 @@ static gm_result gm__disk_open(gm_context* ctx) {
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     dk->running = 1;
-    gm__log(ctx, GM_LOG_INFO, "disk: spill file in %s, %s%s, %s, %d x %zu-byte chunks, alignment %zu, budget %zu",
+    gm__log(ctx, GM_LOG_INFO, "disk: spill file in %s, %s%s, %s, %d x %zu-byte chunks in flight (%d staging "
+            "buffers), alignment %zu, budget %zu",
             d->disk_dir, dk->uring ? "io_uring" : "pread/pwrite",
 #ifdef GPUMEM_URING
             !dk->uring ? "" : dk->fixed_buf && dk->fixed_file ? " (registered buffers and file)"
@@ -7815,7 +7872,7 @@ static gm_result gm__disk_open(gm_context* ctx) {
 #else
             "",
 #endif
-            dk->direct ? "O_DIRECT" : "buffered", dk->depth, dk->chunk, dk->align, dk->budget);
+            dk->direct ? "O_DIRECT" : "buffered", dk->depth, dk->chunk, dk->nslot, dk->align, dk->budget);
     return GM_OK;
 }
 

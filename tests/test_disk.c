@@ -543,13 +543,22 @@ static void test_walk_mostly_disk(void) {
 }
 
 static void test_crc(void) {
-    static unsigned char buf[70000];
+    static unsigned char buf[(1 << 20) + 3 * 4096 + 64];
+    /* lengths around the hardware path's block of three lanes (3 x GM__CRC_LANE) */
+    static const size_t edge[] = {0, 1, 7, 8, 4095, 4096, 12287, 12288, 12289, 12295, 24576, 24583, 36863, 1 << 20,
+                                  (1 << 20) + 3 * 4096 + 1};
     size_t i;
     T_EQ(gm__crc32c(0, "123456789", 9), 0xE3069283u); /* the check value */
     T_EQ(gm__crc32c(0, "", 0), 0);
     for (i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(t_rand() >> 24);
+    for (i = 0; i < sizeof edge / sizeof edge[0]; i++) { /* hardware (if any) == tables at each edge, any alignment */
+        size_t off = i % 8;
+        T_EQ(gm__crc32c(0, buf + off, edge[i]), ~gm__crc32c_sw(~0u, buf + off, edge[i]));
+        T_EQ(gm__crc32c(0x5bd1e995u, buf + off, edge[i]), ~gm__crc32c_sw(~0x5bd1e995u, buf + off, edge[i]));
+    }
     for (i = 0; i < 40; i++) { /* hardware (if any) == tables, at any alignment and split */
-        size_t off = (size_t)(t_rand() % 64), len = (size_t)(t_rand() % 60000), cut = len ? (size_t)(t_rand() % len) : 0;
+        size_t off = (size_t)(t_rand() % 64), len = (size_t)(t_rand() % (i < 20 ? 60000 : 1 << 20)),
+               cut = len ? (size_t)(t_rand() % len) : 0;
         uint32_t whole = ~gm__crc32c_sw(~0u, buf + off, len);
         T_EQ(gm__crc32c(0, buf + off, len), whole);
         T_EQ(gm__crc32c(gm__crc32c(0, buf + off, cut), buf + off + cut, len - cut), whole);
