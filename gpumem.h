@@ -197,11 +197,11 @@
     staging slots (disk_depth and half again: 48 MiB by default), with up
     to disk_depth (32) chunks in flight: the copy of the next chunks off
     the device, their CRC32C and the disk I/O overlap, and each completion
-    refills the queue while the other slots' copies run. With GPUMEM_URING the I/O goes
-    through io_uring with the staging buffers and the file registered
-    (flags and registrations the kernel refuses are dropped one by one; a
-    kernel without io_uring gets pread/pwrite, with a warning); disk_io:
-    pread asks for pread/pwrite. Short transfers are resumed, every
+    refills the queue while the other slots' copies run. With GPUMEM_URING
+    the I/O goes through io_uring with the staging buffers and the file
+    registered (flags and registrations the kernel refuses are dropped one
+    by one; a kernel without io_uring gets pread/pwrite, with a warning);
+    disk_io:pread asks for pread/pwrite. Short transfers are resumed, every
     completion is checked, and no I/O outlives the call that started it.
     Each extent keeps a CRC32C of the tensor's bytes (disk_checksum:off
     skips it), checked on read-back: a mismatch is GM_ERR_CHECKSUM naming
@@ -6918,10 +6918,10 @@ static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
    - a slot carries one chunk of a job (nslot of them, each with a
      staging buffer); at most `depth` of them have an I/O in flight, the
      others wait for a staging copy, for their turn in order, or for a
-     free place in the queue; a staged job's chunk uses the slot's buffer, and a slot whose buffer a copy into device
-     memory still reads has ev_pending set: no read lands in it before that
-     event completed, and a copy into it (on another stream) is queued
-     behind that event;
+     free place in the queue; a staged job's chunk uses the slot's
+     buffer, and a slot whose buffer a copy into device memory still reads
+     has ev_pending set: no read lands in it before that event completed,
+     and a copy into it (on another stream) is queued behind that event;
    - staged chunks are written and copied onward in order (the CRC runs in
      order); a short read or write is resubmitted for the rest; an error or
      a transfer of 0 bytes fails the job (GM_ERR_IO or GM_ERR_DISK_FULL)

@@ -395,20 +395,21 @@ static void test_real_trace(gm_toggle expandable) {
    lmmedium_b4_t1024_infer and 0.004-0.006 on three others. The first
    pass's reserved peak stays within 2% of live memory. */
 static void test_trace_churn(void) {
-    static const char* const names[] = {"cs336_nh_memory_snapshot", "gpt2small_fp32_b32_t256_fwdbwd",
-                                        "lm2p7b_fp32_b4_t128_fullstep", "lmmedium_b4_t1024_infer",
-                                        "lmmedium_b4_t1024_train", "lmmedium_b4_t512_train", "lmsmall_forward",
-                                        "tinyllama1b_qlora8bit_fwdbwd"};
+#define PT_TRACE(name) "../shared/traces/pytorch/" name ".rmm.csv"
+    static const char* const names[] = {PT_TRACE("cs336_nh_memory_snapshot"), PT_TRACE("gpt2small_fp32_b32_t256_fwdbwd"),
+                                        PT_TRACE("lm2p7b_fp32_b4_t128_fullstep"), PT_TRACE("lmmedium_b4_t1024_infer"),
+                                        PT_TRACE("lmmedium_b4_t1024_train"), PT_TRACE("lmmedium_b4_t512_train"),
+                                        PT_TRACE("lmsmall_forward"), PT_TRACE("tinyllama1b_qlora8bit_fwdbwd")};
+#undef PT_TRACE
     size_t k;
     int ran = 0;
     for (k = 0; k < sizeof names / sizeof names[0]; k++) {
-        char path[256];
+        const char* path = names[k];
         gmt_trace t;
         gm_desc d = t_desc();
         gm_context* ctx;
         gmr_result r[3];
         int pass;
-        snprintf(path, sizeof path, "../shared/traces/pytorch/%s.rmm.csv", names[k]);
         if (access(path, R_OK) != 0) continue;
         T_CHECK(gmt_load(path, NULL, 0, &t));
         d.sim.capacity = (size_t)64 << 30;
