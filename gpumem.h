@@ -3819,8 +3819,9 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
    mapped page with ref 0 is in the idle queue (which may also hold pages
    used again since: they are skipped when reached); the page tables are
    made a leaf at a time (gm__sparse) before a page of it gets a user, and
-   the queue has room for every page of the leaves made. A page is unmapped only once its stream is past the free
-   that left it idle (the stream's fences), and idle pages are given back
+   the queue has room for every page of the leaves made. A page is
+   unmapped only once its stream is past the free that left it idle (the
+   stream's fences), and idle pages are given back
    before reserved memory grows past gm__va_keep (its peak, or the peak of
    allocated memory and a slack of 1/2048, and an allowance for pages that
    limit gave back and were needed again), so reserved memory stays close
@@ -4341,22 +4342,38 @@ static int gm__release_seg(gm_context* ctx, gm__seg* s) {
     return 1;
 }
 
+static int gm__seg_older(const void* a, const void* b) {
+    uint64_t x = (*(gm__seg* const*)a)->tick, y = (*(gm__seg* const*)b)->tick;
+    return x < y ? -1 : x > y;
+}
+
 /* Gives back whole-free segments whose last use completed (waiting for it
-   when asked), oldest first, until reserved <= target. Returns bytes. */
+   when asked), oldest first, until reserved <= target. Returns bytes.
+   O(S log S) in the whole-free segments: they are sorted once by their
+   last free (in list order when no memory can be had for that). */
 static size_t gm__release(gm_context* ctx, int wait, int64_t target) {
-    size_t freed = ctx->va_gran ? gm__va_trim(ctx, target, wait, 0) : 0;
-    for (;;) {
-        gm__seg *s, *old = NULL;
-        int pl;
-        if (ctx->stats.reserved_bytes[GM_STAT_ALL].current <= target) break;
-        for (pl = 0; pl < 2; pl++)
-            for (s = ctx->pool[pl].nwhole ? ctx->pool[pl].segs : NULL; s; s = s->next)
-                if (!s->va && gm__seg_whole_free(s) && (!old || s->tick < old->tick) && gm__seg_safe(ctx, s, wait))
-                    old = s;
-        if (!old) break;
-        freed += old->size;
-        if (!gm__release_seg(ctx, old)) break;
-    }
+    size_t freed = ctx->va_gran ? gm__va_trim(ctx, target, wait, 0) : 0, n = 0, m = 0, k;
+    gm__seg **v, *s, *next;
+    int pl;
+    if (ctx->stats.reserved_bytes[GM_STAT_ALL].current <= target) return freed;
+    for (pl = 0; pl < 2; pl++) n += ctx->pool[pl].nwhole;
+    if (!n) return freed;
+    v = (gm__seg**)GPUMEM_MALLOC(n * sizeof *v);
+    for (pl = 0; pl < 2; pl++)
+        for (s = ctx->pool[pl].nwhole ? ctx->pool[pl].segs : NULL; s; s = next) {
+            next = s->next;
+            if (s->va || !gm__seg_whole_free(s)) continue;
+            if (v && m < n) v[m++] = s;
+            else if (!v && ctx->stats.reserved_bytes[GM_STAT_ALL].current > target && gm__seg_safe(ctx, s, wait))
+                freed += s->size, gm__release_seg(ctx, s);
+        }
+    if (v) qsort(v, m, sizeof *v, gm__seg_older);
+    for (k = 0; k < m && ctx->stats.reserved_bytes[GM_STAT_ALL].current > target; k++)
+        if (gm__seg_safe(ctx, v[k], wait)) {
+            freed += v[k]->size;
+            gm__release_seg(ctx, v[k]);
+        }
+    GPUMEM_FREE(v);
     return freed;
 }
 

@@ -123,6 +123,37 @@ static double measure_miss(gm_context* ctx, size_t size) {
     return median(t, BATCHES);
 }
 
+/* gm_empty_cache giving back n cached segments of the small pool (each
+   2 MiB, freed in turn): its cost per segment, in microseconds, which
+   should not grow with n. The segments are made on a context of the same
+   backend as `like`. */
+static double measure_release(const gm_context* like, int n) {
+    gm_desc d = gm_query_desc(like);
+    gm_context* ctx;
+    void** p = (void**)malloc(sizeof *p * 2 * (size_t)n);
+    double t0, t = -1;
+    int i, made = 0;
+    d.device_budget = (size_t)n * (4u << 20);
+    d.device_budget_fraction = 0;
+    d.thread_cache = GM_TOGGLE_OFF;
+    d.sim.capacity = (size_t)64 << 30;
+    d.log_fn = NULL;
+    if (!p || gm_setup(&ctx, &d) != GM_OK) {
+        free(p);
+        return -1;
+    }
+    for (i = 0; i < 2 * n && gm_alloc(ctx, &p[i], 1u << 20, NULL) == GM_OK; i++) made++; /* two per segment */
+    for (i = 0; i < made; i++) gm_free(ctx, p[i]);
+    if (made == 2 * n) {
+        t0 = now_ns();
+        gm_empty_cache(ctx);
+        t = (now_ns() - t0) / 1e3 / n;
+    }
+    gm_shutdown(ctx);
+    free(p);
+    return t;
+}
+
 static void jemalloc_column(const char* self, double* out) {
     const char* jp = bench_jemalloc();
     char cmd[2048];
@@ -195,6 +226,12 @@ int main(int argc, char** argv) {
                 fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%s,%s\n", gm_backend_name(ctx), n, g, g2, miss, r, m,
                         bench_field(f1, sizeof f1, "%.1f", jem[i]), bench_field(f2, sizeof f2, "%.1f", a));
         }
+    }
+    {
+        static const int ns[] = {1000, 4000, 16000};
+        printf("gm_empty_cache, us per cached 2 MiB segment given back:");
+        for (i = 0; i < sizeof ns / sizeof ns[0]; i++) printf(" %.2f (%d)", measure_release(ctx, ns[i]), ns[i]);
+        printf("\n");
     }
     if (csv) {
         fclose(csv);
