@@ -161,6 +161,9 @@ if run alloc "$B/bench-alloc-cuda" "$D/alloc.csv"; then
             num(f[9], "%.1f") }' \
         "$D/alloc.csv" >> "$PAGE"
     p ""
+    rel=$(sed -n 's/^gm_empty_cache, us per cached 2 MiB segment given back: //p' "$D/alloc.out")
+    [ -n "$rel" ] && p "\`gm_empty_cache\` giving back cached 2 MiB segments, µs per segment (segments in" \
+        "parentheses): $rel." ""
 else failed $? alloc; fi
 
 # ------------------------------------------------------------ tier scale
