@@ -1044,7 +1044,9 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
 #define GM__LIKELY(x) __builtin_expect(!!(x), 1)
 #define GM__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define GM__HOT __attribute__((always_inline)) inline
+#define GM__NOINLINE __attribute__((noinline))
 #else
+#define GM__NOINLINE
 #define GM__PRINTF(f, a)
 #define GM__LIKELY(x) (x)
 #define GM__UNLIKELY(x) (x)
@@ -4776,9 +4778,11 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
    the way jemalloc's and mimalloc's thread caches work. A thread that
    allocates from a context gets a cache for it (gm__tcache): bins of the
    blocks it freed, by (stream, block size), and a table, by address, of
-   the blocks it was handed. A request of at most GM__TC_MAX bytes whose bin
-   holds a block of its rounded size on its stream takes it there; a free
-   of a block the table names puts it in its bin. Everything else goes
+   the blocks it was handed (an entry stays while its block belongs to
+   the cache, handed out or binned, so neither fast operation writes the
+   table). A request of at most GM__TC_MAX bytes whose bin holds a block
+   of its rounded size on its stream takes it there; a free of a block the
+   table names as handed out puts it in its bin. Everything else goes
    through the lock as before, and a block the lock hands to a thread with
    a cache (of exactly the rounded size, from the small pool) is entered in
    its table. A block is reused at once only on the stream it was
@@ -4792,15 +4796,18 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
    - a block leaves its cache only under ctx->mu, and its generation grows
      then: LIVE -> NONE when it is freed through the lock (by another
      thread, say) or recorded on another stream, FREE -> NONE when its
-     owner or a stealer gives it back to the pool. An entry naming an older
-     word is stale and dropped when met. A stealer first freezes every
+     owner or a stealer gives it back to the pool. A table entry carries
+     the word of its block's adoption: it is valid while the block's
+     generation is that word's (LIVE or FREE), stale after, and dropped
+     when met or when the table is rebuilt; every binned block has a valid
+     entry. A stealer first freezes every
      cache of the context (frozen set, a memory barrier on every thread:
      membarrier(2), or the owners' own fences where it is missing, then
      each seq waited even), so bins change hands only while their owners
      stand still;
-   - the table's entries plus the bins' fit in half the table (a fast
-     operation never grows it); only the owner writes the table (in a fast
-     operation, or under mu), a stealer reads it while frozen;
+   - the table's entries fit in half the table; only the owner writes the
+     table (dropping a stale entry in a fast free, adding one under mu), a
+     stealer reads it while frozen;
      tc->cached sums the bins' bytes, at most tc->cap;
    - statistics: an owner counts its fast allocations and frees in
      monotonic counters, read consistently through seq. ctx->stats plus the
@@ -4834,7 +4841,7 @@ typedef struct gm__tcbin {
     uint32_t n;
     gm__tcent e[GM__TC_DEPTH]; /* oldest first */
 } gm__tcbin;
-typedef struct gm__tclive { uintptr_t p; gm__block* b; uint64_t w; gm_stream stream; } gm__tclive;
+typedef struct gm__tclive { uintptr_t p; gm__block* b; uint64_t w; gm_stream stream; } gm__tclive; /* w: at adoption */
 
 typedef struct gm__tcache {
     /* the owner's; others read them through seq */
@@ -4882,15 +4889,19 @@ static uint64_t gm__tc_next_gen(uint64_t w, int state) { return (((w >> 2) + 1) 
 static size_t gm__tc_cap(const gm_context* ctx) { return ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES; }
 
 static GM__HOT uint32_t gm__tc_bin(size_t size, gm_stream s) {
-    uint64_t h = ((uint64_t)(size >> 9) + (uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+    uint64_t h = ((uint64_t)(size >> 9) ^ ((uint64_t)(uintptr_t)s << 12)) * 0x9E3779B97F4A7C15ull;
     return (uint32_t)(h >> 58); /* GM__TC_BINS = 64 */
 }
+
+/* Whether a table entry's block still belongs to the cache (its
+   generation is the entry's). */
+static GM__HOT int gm__tc_valid(const gm__tclive* e) { return ((GM__LD(e->b->tcw) ^ e->w) >> 2) == 0; }
 
 static GM__HOT size_t gm__tc_slot(const gm__tcache* tc, uintptr_t p) {
     return (size_t)(((uint64_t)(p >> 9) * 0x9E3779B97F4A7C15ull) >> 32) & (tc->lcap - 1);
 }
 
-static GM__HOT gm__tclive* gm__tc_find(gm__tcache* tc, uintptr_t p) {
+static GM__HOT gm__tclive* gm__tc_find(const gm__tcache* tc, uintptr_t p) {
     size_t m = tc->lcap - 1, i = gm__tc_slot(tc, p);
     for (;;) {
         gm__tclive* e = &tc->live[i];
@@ -4930,11 +4941,11 @@ static GM__HOT void gm__tc_del(gm__tcache* tc, gm__tclive* e) {
 /* Room in the table for one more block (the owner): stale entries go,
    and it doubles as needed, up to GM__TC_LIVE_MAX slots. */
 static int gm__tc_room(gm__tcache* tc) {
-    size_t need = 2 * (tc->lcount + tc->nbinned + 1), cap = tc->lcap, ocap = tc->lcap, i;
+    size_t need = 2 * (tc->lcount + 1), cap = tc->lcap, ocap = tc->lcap, i;
     gm__tclive *old = tc->live, *n;
     if (need <= tc->lcap) return 1;
-    for (i = 0; i < ocap; i++) /* only the entries still live count */
-        if (old[i].p && GM__LD(old[i].b->tcw) != old[i].w) need -= 2;
+    for (i = 0; i < ocap; i++) /* only the entries still valid count */
+        if (old[i].p && !gm__tc_valid(&old[i])) need -= 2;
     while (cap < need && cap < GM__TC_LIVE_MAX) cap *= 2;
     if (cap < need) return 0;
     n = (gm__tclive*)gm__calloc(cap * sizeof *n);
@@ -4943,7 +4954,7 @@ static int gm__tc_room(gm__tcache* tc) {
     tc->lcap = cap;
     tc->lcount = 0;
     for (i = 0; i < ocap; i++)
-        if (old[i].p && GM__LD(old[i].b->tcw) == old[i].w) gm__tc_put(tc, old[i].p, old[i].b, old[i].w, old[i].stream);
+        if (old[i].p && gm__tc_valid(&old[i])) gm__tc_put(tc, old[i].p, old[i].b, old[i].w, old[i].stream);
     GPUMEM_FREE(old);
     return 1;
 }
@@ -5121,9 +5132,8 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
     tc->nbinned--;
     GM__ST(tc->cached, tc->cached - rsize); /* others read it to see whether any cache holds blocks */
     w = e.w - GM__TC_FREE + GM__TC_LIVE;
-    GM__ST(e.b->tcw, w);
+    GM__ST(e.b->tcw, w); /* its table entry stayed */
     e.b->requested = size;
-    gm__tc_put(tc, e.b->addr, e.b, w, stream);
     gm__tc_count(ctx, tc, 0, (int64_t)rsize, (int64_t)size);
     gm__tc_leave(tc);
     *out = (void*)e.b->addr;
@@ -5145,8 +5155,12 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     if (!e || !gm__tc_enter(tc)) return 0;
     b = e->b;
     w = GM__LD(b->tcw);
-    if (w != e->w) { /* it left this cache (freed or recorded elsewhere, and maybe handed out again) */
+    if ((w ^ e->w) >> 2) { /* it left this cache (freed or recorded elsewhere, and maybe handed out again) */
         gm__tc_del(tc, e);
+        gm__tc_leave(tc);
+        return 0;
+    }
+    if ((w & 3) != GM__TC_LIVE) { /* in a bin: freed already (the lock says so) */
         gm__tc_leave(tc);
         return 0;
     }
@@ -5155,7 +5169,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
        and the loser reports the double free; until then nothing else of the
        block is read */
     if (!__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_RELAXED)) {
+                                     __ATOMIC_RELAXED)) { /* it left this cache meanwhile */
         gm__tc_del(tc, e);
         gm__tc_leave(tc);
         return 0;
@@ -5178,8 +5192,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     bin->e[bin->n].w = w;
     bin->n++;
     tc->nbinned++;
-    GM__ST(tc->cached, tc->cached + size);
-    gm__tc_del(tc, e);
+    GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
     gm__tc_count(ctx, tc, 1, (int64_t)size, (int64_t)b->requested);
     gm__tc_leave(tc);
     return 1;
@@ -5221,7 +5234,7 @@ static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
    mu): half of that bin, or when the cache is full, every bin. */
 static void gm__tc_make_room(gm_context* ctx, gm__tcache* tc, const void* ptr) {
     gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr);
-    if (e && GM__LD(e->b->tcw) == e->w) {
+    if (e && GM__LD(e->b->tcw) == e->w) { /* handed out (LIVE, as adopted) */
         gm__tcbin* bin = &tc->bins[gm__tc_bin(e->b->size, e->stream)];
         if (bin->n == GM__TC_DEPTH && tc->cached + e->b->size <= tc->cap) {
             gm__tc_give_bin(ctx, tc, bin, GM__TC_DEPTH / 2);
@@ -5283,7 +5296,7 @@ static void gm__tc_forget_stream(gm_context* ctx, gm_stream s) {
         for (i = 0; i < GM__TC_BINS; i++)
             if (tc->bins[i].n && tc->bins[i].stream == s) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
         for (i = 0; i < tc->lcap; i++) /* blocks handed out for it are freed through the lock */
-            if (tc->live[i].p && tc->live[i].stream == s && GM__LD(tc->live[i].b->tcw) == tc->live[i].w)
+            if (tc->live[i].p && tc->live[i].stream == s && GM__LD(tc->live[i].b->tcw) == tc->live[i].w) /* LIVE */
                 GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
     }
     gm__tc_thaw(ctx);
@@ -5294,7 +5307,7 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
     const gm__tcache* tc;
     int n = 0;
     for (tc = ctx->tcs; tc; tc = tc->next, n++) {
-        size_t i, cached = 0, nb = 0, live = 0;
+        size_t i, cached = 0, nb = 0, live = 0, fe = 0;
         for (i = 0; i < GM__TC_BINS; i++) {
             const gm__tcbin* bin = &tc->bins[i];
             uint32_t k;
@@ -5312,19 +5325,23 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
         }
         for (i = 0; i < tc->lcap; i++) {
             const gm__tclive* e = &tc->live[i];
+            uint64_t w;
             if (!e->p) continue;
             live++;
-            if (GM__LD(e->b->tcw) != e->w) continue; /* stale: it left, dropped when met */
-            if ((e->w & 3) != GM__TC_LIVE || e->b->addr != e->p || gm__map_get(&ctx->map, e->p) != e->b)
+            if (!gm__tc_valid(e)) continue; /* stale: it left, dropped when met */
+            w = GM__LD(e->b->tcw);
+            if ((e->w & 3) != GM__TC_LIVE || e->b->addr != e->p || gm__map_get(&ctx->map, e->p) != e->b ||
+                gm__tc_find(tc, e->p) != e)
                 gm__broken(ck, "thread cache %d: the table names %#lx, which is not a block it handed out", n,
                            (unsigned long)e->p);
+            if ((w & 3) == GM__TC_FREE) fe++;
         }
         if (cached != tc->cached || nb != tc->nbinned || cached > tc->cap)
             gm__broken(ck, "thread cache %d: bins hold %zu blocks of %zu bytes, %zu and %zu counted (limit %zu)", n, nb,
                        cached, tc->nbinned, tc->cached, tc->cap);
-        if (live != tc->lcount || 2 * (tc->lcount + tc->nbinned) > tc->lcap)
-            gm__broken(ck, "thread cache %d: the table holds %zu entries, %zu counted, %zu binned, in %zu slots", n,
-                       live, tc->lcount, tc->nbinned, tc->lcap);
+        if (live != tc->lcount || 2 * tc->lcount > tc->lcap || fe != nb)
+            gm__broken(ck, "thread cache %d: the table holds %zu entries (%zu of binned blocks), %zu counted, %zu "
+                       "binned, in %zu slots", n, live, fe, tc->lcount, nb, tc->lcap);
     }
 }
 
@@ -5735,7 +5752,20 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
     return GM_OK;
 }
 
-GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
+/* The thread's cache serves a small request at once, without the lock
+   (pending frees are retired under it first): 1 when it did. Inlined into
+   gm_alloc and gm_alloc_ex, whose other paths are out of line, so that
+   this one saves few registers. */
+static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
+    gm__tcache* tc;
+    if (!ctx || ctx->magic != GM__CTX_LIVE || !ctx->tc_on || !out || size - 1 >= GM__TC_MAX ||
+        __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) || __atomic_load_n(&ctx->npending, __ATOMIC_RELAXED))
+        return 0;
+    tc = gm__tc_get(ctx, 1);
+    return tc && gm__tc_alloc(ctx, tc, out, size, stream);
+}
+
+static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
     gm_result r;
     gm__tcache* tc = NULL;
     void* plan;
@@ -5743,10 +5773,8 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
     if (ctx->tc_on && out && size && size <= GM__TC_MAX && !plan &&
-        !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED)) { /* the thread's cache, without the lock (pending
-                                                                 frees are retired under it first) */
+        !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED)) { /* missed the cache: the lock adopts the block */
         tc = gm__tc_get(ctx, 1);
-        if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
     } else if (ctx->tc_on && ctx->va_gran && out && size && !plan) {
         tc = gm__tc_get(ctx, 0); /* expandable: a large request gives this thread's cached blocks back first */
     }
@@ -5756,8 +5784,14 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
     return r;
 }
 
+GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
+    if (GM__LIKELY(!(flags & ~(unsigned)GM_ALLOC_NO_SYNC)) && gm__alloc_fast(ctx, out, size, stream)) return GM_OK;
+    return gm__alloc_slow(ctx, out, size, stream, flags);
+}
+
 GPUMEM_API gm_result gm_alloc(gm_context* ctx, void** out, size_t size, gm_stream stream) {
-    return gm_alloc_ex(ctx, out, size, stream, 0);
+    if (gm__alloc_fast(ctx, out, size, stream)) return GM_OK;
+    return gm__alloc_slow(ctx, out, size, stream, 0);
 }
 
 /* Why ptr is not a block `owner` may free, with mu held: another owner's
@@ -5848,13 +5882,13 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     return GM_OK;
 }
 
-GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
+static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr) {
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
         gm_result pr;
         if (gm__plan_free(ctx, ptr, &pr)) return pr;
-    } else if (ctx->tc_on) { /* the thread's cache, without the lock */
+    } else if (ctx->tc_on) { /* the thread's cache missed it (gm_free tried) */
         gm__tcache* tc = gm__tc_get(ctx, 0);
         int k = tc ? gm__tc_free(ctx, tc, ptr) : 0;
         if (k == 1) return GM_OK;
@@ -5866,6 +5900,17 @@ GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
         }
     }
     return gm__free(ctx, ptr, GM__OWN_USER);
+}
+
+/* The thread's cache takes a block it handed out at once, without the
+   lock; everything else (and a full bin) goes out of line. */
+GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
+    gm__tcache* tc;
+    if (GM__LIKELY(ctx && ptr && ctx->magic == GM__CTX_LIVE && ctx->tc_on &&
+                   !__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) &&
+        (tc = gm__tc_get(ctx, 0)) != NULL && gm__tc_free(ctx, tc, ptr) == 1)
+        return GM_OK;
+    return gm__free_slow(ctx, ptr);
 }
 
 /* gm_record_stream on a block `owner` holds. */

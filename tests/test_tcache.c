@@ -484,11 +484,55 @@ static void test_locked_changes_fold(void) {
     T_EQ(d.active_bytes[0].peak, b.active_bytes[0].peak);
 }
 
+/* A block's entry in its cache's table stays while the block is handed
+   out or binned, and goes stale when the block leaves (given back to the
+   pool, freed through the lock): the same address handed out again
+   through the lock is a new entry, freed at once by the cache, and a
+   second free of it is still a double free. Many blocks at once grow the
+   table, stale entries and all, with gm_check after every step. */
+static void test_table_entries(void) {
+    gm_context* ctx = make(1, 0);
+    gm_stats st;
+    void *p, *q, *v[300];
+    int i, round;
+    T_OK(gm_alloc(ctx, &p, 512, NULL));
+    T_OK(gm_free(ctx, p));                /* binned; its entry stays */
+    T_OK(gm_empty_cache(ctx));            /* given back: the entry is stale */
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_alloc(ctx, &q, 512, NULL));   /* through the lock, adopted anew */
+    T_OK(gm_free(ctx, q));
+    T_EQ(gm_free(ctx, q), GM_ERR_DOUBLE_FREE);
+    T_OK(gm_alloc(ctx, &p, 512, NULL));   /* from the bin: the same block */
+    T_CHECK(p == q);
+    T_OK(gm_free(ctx, p));
+    T_EQ(gm_check(ctx), 0);
+    for (round = 0; round < 6; round++) {
+        for (i = 0; i < 300; i++) {
+            T_OK(gm_alloc(ctx, &v[i], (size_t)512 * (size_t)(1 + (i + round) % 7), NULL));
+            if (i % 37 == 0) T_EQ(gm_check(ctx), 0);
+        }
+        if (round % 2) T_OK(gm_empty_cache(ctx)); /* nothing cached to give: entries stay valid */
+        for (i = 0; i < 300; i++) {
+            T_OK(gm_free(ctx, v[(i * 7) % 300]));
+            if (i % 41 == 0) T_EQ(gm_check(ctx), 0);
+        }
+        T_EQ(gm_free(ctx, v[5]), GM_ERR_DOUBLE_FREE);
+        if (round % 3 == 2) T_OK(gm_empty_cache(ctx)); /* the binned go back: their entries go stale */
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.allocation[0].current, 0);
+    T_EQ(st.allocated_bytes[0].current, 0);
+    T_EQ(st.requested_bytes[0].current, 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_reuse();
     test_peak();
     test_stats_match();
     test_misuse();
+    test_table_entries();
     test_cross_thread(0);
     test_cross_thread(1);
     test_idle_steal();
