@@ -1777,7 +1777,15 @@ static void* gm__map_del(gm__ptrmap* m, uintptr_t k) {
    FIFO order; `completed` only grows and never passes `submitted`. The
    worker is woken (cv) only when it sleeps for want of work (idle), and
    waiters for progress (done_cv) only when there are some (waiters): each
-   wake-up is a futex hand-off that costs more than a small copy. A wait
+   wake-up is a futex hand-off that costs more than a small copy (tens of
+   microseconds on a small virtual machine, where the other vCPU must be
+   woken). So both sides poll first, for an adaptive while (spin_ns, at
+   most GM__SIM_SPIN_MAX): a worker whose queue ran dry polls for the next
+   op before it sleeps, and a waiter polls `completed` before it sleeps.
+   The window doubles when polling would have caught a hand-off (the
+   sleep it had to take was short) and halves when a poll ran out, so
+   streams that get work in bursts stop spinning. head, stop and
+   completed are written atomically (under mu) for the pollers. A wait
    for an event already complete queues nothing. With run_inline, a copy
    the model gives no time queued on an idle stream (head empty: all before
    it is done) runs at once in the calling thread, under the stream's
@@ -1820,6 +1828,7 @@ struct gm__sim_stream {
     int stop, retired;
     int idle;              /* the worker waits on cv: an enqueue must wake it */
     uint32_t waiters;      /* threads waiting on done_cv: a completion wakes them */
+    uint64_t spin_ns;      /* how long a hand-off is polled for before sleeping (under mu) */
     gm__sim_stream* next;
 };
 
@@ -2085,16 +2094,56 @@ static void gm__sim_link_done(gm__sim* sim, int link, size_t n, uint64_t start, 
 
 /* The stream's next op completed (s->mu held): its waiters, if any, see it. */
 static void gm__sim_completed(gm__sim_stream* s) {
-    s->completed++;
+    __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE); /* pollers read it without mu */
     if (s->waiters) pthread_cond_broadcast(&s->done_cv); /* no one waiting: no wake-up to pay for */
+}
+
+#define GM__SIM_SPIN_MAX 100000u /* ns: the longest a hand-off is polled for */
+
+static void gm__cpu_relax(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif defined(__GNUC__) && defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls for up to s->spin_ns (s->mu held, released meanwhile) until
+   *word, read atomically, reaches `want` (or s stops); whether it did.
+   The window halves when it ran out. */
+static int gm__sim_poll(gm__sim_stream* s, const uint64_t* word, uint64_t want) {
+    uint64_t spin = s->spin_ns, t0, t;
+    int k, got;
+    if (!spin) return 0;
+    pthread_mutex_unlock(&s->mu);
+    t0 = t = gm__now_ns();
+    while (!(got = __atomic_load_n(word, __ATOMIC_ACQUIRE) >= want || __atomic_load_n(&s->stop, __ATOMIC_RELAXED)) &&
+           t - t0 < spin) {
+        for (k = 0; k < 32; k++) gm__cpu_relax();
+        t = gm__now_ns();
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!got) s->spin_ns /= 2;
+    return got;
+}
+
+/* After a sleep of `slept` ns for a hand-off: had the window been that
+   long, polling would have caught it, so it grows (s->mu held). */
+static void gm__sim_spin_learn(gm__sim_stream* s, uint64_t slept) {
+    if (slept < GM__SIM_SPIN_MAX && 2 * slept > s->spin_ns)
+        s->spin_ns = 2 * slept < GM__SIM_SPIN_MAX ? 2 * slept : GM__SIM_SPIN_MAX;
 }
 
 /* Until s has completed seq ops. */
 static void gm__sim_wait(gm__sim_stream* s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
-    s->waiters++;
-    while (s->completed < seq) pthread_cond_wait(&s->done_cv, &s->mu);
-    s->waiters--;
+    if (s->completed < seq && !gm__sim_poll(s, &s->completed, seq)) {
+        uint64_t t0 = gm__now_ns();
+        s->waiters++;
+        while (s->completed < seq) pthread_cond_wait(&s->done_cv, &s->mu);
+        s->waiters--;
+        gm__sim_spin_learn(s, gm__now_ns() - t0);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -2105,9 +2154,14 @@ static void* gm__sim_worker(void* arg) {
     for (;;) {
         gm__sim_op* op;
         while (!s->head && !s->stop) {
+            uint64_t t0;
+            if (gm__sim_poll(s, &s->submitted, s->completed + 1) || s->head || s->stop)
+                continue; /* the next op came meanwhile (perhaps as the poll ran out: no one woke us for it) */
+            t0 = gm__now_ns();
             s->idle = 1;
             pthread_cond_wait(&s->cv, &s->mu);
             s->idle = 0;
+            if (s->head) gm__sim_spin_learn(s, gm__now_ns() - t0);
         }
         if (!s->head) break;
         op = s->head;
@@ -2182,7 +2236,7 @@ static gm_result gm__sim_new_stream(gm_context* ctx, gm__sim_stream** out) {
 /* Drains and stops a stream; keeps the record (see the invariants). */
 static void gm__sim_retire(gm__sim_stream* s) {
     pthread_mutex_lock(&s->mu);
-    s->stop = 1;
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELAXED); /* pollers read it without mu */
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
@@ -2222,7 +2276,7 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
         pthread_mutex_lock(&s->mu);
         if (!s->stop && !s->head) { /* idle: everything queued before it is done */
             if (tmpl->dst != tmpl->src && !s->sim->no_bytes) memmove(tmpl->dst, tmpl->src, tmpl->n);
-            s->submitted++;
+            __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELAXED);
             gm__sim_completed(s);
             pthread_mutex_unlock(&s->mu);
             gm__sim_link_done(s->sim, tmpl->link, tmpl->n, 0, 0); /* its bytes; no modelled time */
@@ -2243,7 +2297,7 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
     if (s->tail) s->tail->next = op;
     else s->head = op;
     s->tail = op;
-    s->submitted++;
+    __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE); /* a polling worker takes it without a wake-up */
     if (s->idle) pthread_cond_signal(&s->cv); /* a busy worker finds it without a wake-up */
     pthread_mutex_unlock(&s->mu);
     return GM_OK;

@@ -530,6 +530,68 @@ static void test_move_bytes_off(void) {
     }
 }
 
+/* A hand-off as a stream's worker stops polling for work: an op queued
+   at any delay after the last one completed must run without another op
+   to wake the worker. Four threads, each with its own stream, queue ops
+   at delays around the polling window (0..200 us), and each op must be
+   done within a second by event queries alone: a lost wake-up would leave
+   it queued for good. */
+typedef struct handoff_arg {
+    gm_context* ctx;
+    unsigned long long seed;
+    int ran, lost, n;
+} handoff_arg;
+static void count_fn(void* a) { __atomic_fetch_add((int*)a, 1, __ATOMIC_RELAXED); }
+static void* handoff_worker(void* p) {
+    handoff_arg* a = (handoff_arg*)p;
+    gm_stream s;
+    void* ev;
+    int i;
+    if (gm_stream_create(a->ctx, &s) != GM_OK || a->ctx->be->event_create(a->ctx, &ev) != GM_OK) {
+        a->lost = -1;
+        return NULL;
+    }
+    for (i = 0; i < 5000 && !a->lost; i++) {
+        struct timespec ts;
+        double t0;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)(t_rand_r(&a->seed) % 200000);
+        nanosleep(&ts, NULL);
+        if (gm_launch_host(a->ctx, s, count_fn, &a->ran) != GM_OK || a->ctx->be->event_record(a->ctx, ev, s) != GM_OK) {
+            a->lost = -1;
+            break;
+        }
+        a->n++;
+        t0 = t_now();
+        while (a->ctx->be->event_query(a->ctx, ev) == GM_NOT_READY && t_now() - t0 < 1.0) sched_yield();
+        if (a->ctx->be->event_query(a->ctx, ev) == GM_NOT_READY) a->lost++;
+    }
+    gm_stream_synchronize(a->ctx, s);
+    a->ctx->be->event_destroy(a->ctx, ev);
+    gm_stream_destroy(a->ctx, s);
+    return NULL;
+}
+static void test_handoff_race(void) {
+    gm_context* ctx;
+    pthread_t th[4];
+    handoff_arg a[4];
+    int i;
+    if (!t_sim) return;
+    ctx = t_setup(t_desc());
+    for (i = 0; i < 4; i++) {
+        memset(&a[i], 0, sizeof a[i]);
+        a[i].ctx = ctx;
+        a[i].seed = 0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1);
+        T_CHECK(pthread_create(&th[i], NULL, handoff_worker, &a[i]) == 0);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        T_EQ(a[i].lost, 0);
+        T_EQ(a[i].ran, a[i].n);
+    }
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_backend_choice();
     test_async_and_ordered();
@@ -540,5 +602,6 @@ int main(void) {
     test_unified_memory();
     test_run_inline();
     test_move_bytes_off();
+    test_handoff_race();
     return t_done();
 }
