@@ -1779,14 +1779,16 @@ static void* gm__map_del(gm__ptrmap* m, uintptr_t k) {
    waiters for progress (done_cv) only when there are some (waiters): each
    wake-up is a futex hand-off that costs more than a small copy (tens of
    microseconds on a small virtual machine, where the other vCPU must be
-   woken). So both sides poll first, for an adaptive while (spin_ns, at
-   most GM__SIM_SPIN_MAX): a worker whose queue ran dry polls for the next
-   op before it sleeps, and a waiter polls `completed` before it sleeps.
-   The window doubles when polling would have caught a hand-off (the
-   sleep it had to take was short) and halves when a poll ran out, so
-   streams that get work in bursts stop spinning. head, stop and
-   completed are written atomically (under mu) for the pollers. A wait
-   for an event already complete queues nothing. With run_inline, a copy
+   woken). So both sides poll first, for an adaptive while (at most
+   GM__SIM_SPIN_MAX, yielding the CPU between looks): a worker whose queue
+   ran dry polls `head` for the next queued op (spin_ns) before it sleeps,
+   and a waiter polls `completed` (wspin_ns) before it sleeps. Each window
+   doubles when polling would have caught a hand-off (the sleep it had to
+   take was short) and halves when a poll ran out, so streams that get
+   work now and then stop polling. head (when the queue was empty), stop
+   and completed are written atomically (under mu) for the pollers; a
+   poll only hints, and everything is checked again under mu. A wait for
+   an event already complete queues nothing. With run_inline, a copy
    the model gives no time queued on an idle stream (head empty: all before
    it is done) runs at once in the calling thread, under the stream's
    lock, so nothing can be queued behind it before it completes. An event
@@ -1828,7 +1830,8 @@ struct gm__sim_stream {
     int stop, retired;
     int idle;              /* the worker waits on cv: an enqueue must wake it */
     uint32_t waiters;      /* threads waiting on done_cv: a completion wakes them */
-    uint64_t spin_ns;      /* how long a hand-off is polled for before sleeping (under mu) */
+    uint64_t spin_ns;      /* how long the worker polls for work before sleeping (under mu) */
+    uint64_t wspin_ns;     /* how long a waiter polls for progress before sleeping (under mu) */
     gm__sim_stream* next;
 };
 
@@ -2108,41 +2111,43 @@ static void gm__cpu_relax(void) {
 #endif
 }
 
-/* Polls for up to s->spin_ns (s->mu held, released meanwhile) until
-   *word, read atomically, reaches `want` (or s stops); whether it did.
-   The window halves when it ran out. */
-static int gm__sim_poll(gm__sim_stream* s, const uint64_t* word, uint64_t want) {
-    uint64_t spin = s->spin_ns, t0, t;
+/* Polls, for up to *win ns (s->mu held, released meanwhile), until the
+   worker has an op queued or must stop (worker), else until s has
+   completed `seq` ops; whether it saw that. A window that ran out halves. */
+static int gm__sim_poll(gm__sim_stream* s, uint64_t* win, int worker, uint64_t seq) {
+    uint64_t spin = *win, t0, t;
     int k, got;
     if (!spin) return 0;
     pthread_mutex_unlock(&s->mu);
     t0 = t = gm__now_ns();
-    while (!(got = __atomic_load_n(word, __ATOMIC_ACQUIRE) >= want || __atomic_load_n(&s->stop, __ATOMIC_RELAXED)) &&
-           t - t0 < spin) {
+    for (;;) {
+        got = worker ? __atomic_load_n(&s->head, __ATOMIC_ACQUIRE) != NULL || __atomic_load_n(&s->stop, __ATOMIC_RELAXED)
+                     : __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) >= seq;
+        if (got || t - t0 >= spin) break;
         for (k = 0; k < 32; k++) gm__cpu_relax();
+        sched_yield(); /* the thread being waited for may need this CPU */
         t = gm__now_ns();
     }
     pthread_mutex_lock(&s->mu);
-    if (!got) s->spin_ns /= 2;
+    if (!got) *win /= 2;
     return got;
 }
 
 /* After a sleep of `slept` ns for a hand-off: had the window been that
    long, polling would have caught it, so it grows (s->mu held). */
-static void gm__sim_spin_learn(gm__sim_stream* s, uint64_t slept) {
-    if (slept < GM__SIM_SPIN_MAX && 2 * slept > s->spin_ns)
-        s->spin_ns = 2 * slept < GM__SIM_SPIN_MAX ? 2 * slept : GM__SIM_SPIN_MAX;
+static void gm__sim_spin_learn(uint64_t* win, uint64_t slept) {
+    if (slept < GM__SIM_SPIN_MAX && 2 * slept > *win) *win = 2 * slept < GM__SIM_SPIN_MAX ? 2 * slept : GM__SIM_SPIN_MAX;
 }
 
 /* Until s has completed seq ops. */
 static void gm__sim_wait(gm__sim_stream* s, uint64_t seq) {
     pthread_mutex_lock(&s->mu);
-    if (s->completed < seq && !gm__sim_poll(s, &s->completed, seq)) {
+    if (s->completed < seq && !gm__sim_poll(s, &s->wspin_ns, 0, seq)) {
         uint64_t t0 = gm__now_ns();
         s->waiters++;
         while (s->completed < seq) pthread_cond_wait(&s->done_cv, &s->mu);
         s->waiters--;
-        gm__sim_spin_learn(s, gm__now_ns() - t0);
+        gm__sim_spin_learn(&s->wspin_ns, gm__now_ns() - t0);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -2155,13 +2160,13 @@ static void* gm__sim_worker(void* arg) {
         gm__sim_op* op;
         while (!s->head && !s->stop) {
             uint64_t t0;
-            if (gm__sim_poll(s, &s->submitted, s->completed + 1) || s->head || s->stop)
+            if (gm__sim_poll(s, &s->spin_ns, 1, 0) || s->head || s->stop)
                 continue; /* the next op came meanwhile (perhaps as the poll ran out: no one woke us for it) */
             t0 = gm__now_ns();
             s->idle = 1;
             pthread_cond_wait(&s->cv, &s->mu);
             s->idle = 0;
-            if (s->head) gm__sim_spin_learn(s, gm__now_ns() - t0);
+            if (s->head) gm__sim_spin_learn(&s->spin_ns, gm__now_ns() - t0);
         }
         if (!s->head) break;
         op = s->head;
@@ -2240,7 +2245,9 @@ static void gm__sim_retire(gm__sim_stream* s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->th, NULL);
+    pthread_mutex_lock(&s->sim->mu); /* gm__sim_stream_valid reads it under sim->mu */
     s->retired = 1;
+    pthread_mutex_unlock(&s->sim->mu);
 }
 
 static int gm__sim_stream_valid(gm_context* ctx, gm_stream st) {
@@ -2276,7 +2283,7 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
         pthread_mutex_lock(&s->mu);
         if (!s->stop && !s->head) { /* idle: everything queued before it is done */
             if (tmpl->dst != tmpl->src && !s->sim->no_bytes) memmove(tmpl->dst, tmpl->src, tmpl->n);
-            __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELAXED);
+            s->submitted++;
             gm__sim_completed(s);
             pthread_mutex_unlock(&s->mu);
             gm__sim_link_done(s->sim, tmpl->link, tmpl->n, 0, 0); /* its bytes; no modelled time */
@@ -2295,9 +2302,9 @@ static gm_result gm__sim_enqueue(gm_context* ctx, gm_stream st, gm__sim_op* tmpl
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: stream %p is being destroyed", (void*)st);
     }
     if (s->tail) s->tail->next = op;
-    else s->head = op;
+    else __atomic_store_n(&s->head, op, __ATOMIC_RELEASE); /* a polling worker takes it without a wake-up */
     s->tail = op;
-    __atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE); /* a polling worker takes it without a wake-up */
+    s->submitted++;
     if (s->idle) pthread_cond_signal(&s->cv); /* a busy worker finds it without a wake-up */
     pthread_mutex_unlock(&s->mu);
     return GM_OK;
@@ -5936,15 +5943,17 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     return GM_OK;
 }
 
-static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr) {
+/* fast: what gm_free's try of the thread's cache said (gm__tc_free), or
+   -1 when it did not try. */
+static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, int fast) {
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
         gm_result pr;
         if (gm__plan_free(ctx, ptr, &pr)) return pr;
-    } else if (ctx->tc_on) { /* the thread's cache missed it (gm_free tried) */
+    } else if (ctx->tc_on && fast != 0) { /* the thread's cache (0: it does not hold the block) */
         gm__tcache* tc = gm__tc_get(ctx, 0);
-        int k = tc ? gm__tc_free(ctx, tc, ptr) : 0;
+        int k = fast > 0 ? fast : tc ? gm__tc_free(ctx, tc, ptr) : 0;
         if (k == 1) return GM_OK;
         if (k == 2) { /* its bin or the cache is full: some go back in one batch */
             pthread_mutex_lock(&ctx->mu);
@@ -5960,11 +5969,12 @@ static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr) {
    lock; everything else (and a full bin) goes out of line. */
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
     gm__tcache* tc;
+    int k = -1;
     if (GM__LIKELY(ctx && ptr && ctx->magic == GM__CTX_LIVE && ctx->tc_on &&
                    !__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) &&
-        (tc = gm__tc_get(ctx, 0)) != NULL && gm__tc_free(ctx, tc, ptr) == 1)
+        (tc = gm__tc_get(ctx, 0)) != NULL && (k = gm__tc_free(ctx, tc, ptr)) == 1)
         return GM_OK;
-    return gm__free_slow(ctx, ptr);
+    return gm__free_slow(ctx, ptr, k);
 }
 
 /* gm_record_stream on a block `owner` holds. */
@@ -5987,7 +5997,11 @@ static gm_result gm__record_stream(gm_context* ctx, void* ptr, gm_stream stream,
     if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
         for (i = 0; i < b->nuses && b->uses[i] != si; i++) {}
         if (i == b->nuses) {
-            gm__tc_leave_block(b); /* its free waits for the stream: no thread cache keeps it */
+            if (!gm__tc_leave_block(b)) { /* its owner freed it into a bin meanwhile: freed already */
+                pthread_mutex_unlock(&ctx->mu);
+                return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "gm_record_stream: %p was freed as it was recorded", ptr);
+            }
+            /* its free waits for the stream: no thread cache keeps it */
             if (b->nuses == b->capuses) {
                 uint32_t cap = b->capuses ? b->capuses * 2 : 2;
                 uint32_t* n = (uint32_t*)gm__grow_array(b->uses, b->capuses * sizeof(uint32_t), cap * sizeof(uint32_t));

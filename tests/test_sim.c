@@ -533,9 +533,10 @@ static void test_move_bytes_off(void) {
 /* A hand-off as a stream's worker stops polling for work: an op queued
    at any delay after the last one completed must run without another op
    to wake the worker. Four threads, each with its own stream, queue ops
-   at delays around the polling window (0..200 us), and each op must be
-   done within a second by event queries alone: a lost wake-up would leave
-   it queued for good. */
+   at delays around the polling window (0..200 us). Each op must be done
+   within a second by event queries alone (a lost wake-up would leave it
+   queued for good); every fourth is waited for instead, and must have run
+   when the wait returns (the waiter's side of the hand-off). */
 typedef struct handoff_arg {
     gm_context* ctx;
     unsigned long long seed;
@@ -562,6 +563,11 @@ static void* handoff_worker(void* p) {
             break;
         }
         a->n++;
+        if (i % 4 == 3) {
+            if (a->ctx->be->event_sync(a->ctx, ev) != GM_OK || __atomic_load_n(&a->ran, __ATOMIC_RELAXED) != a->n)
+                a->lost++;
+            continue;
+        }
         t0 = t_now();
         while (a->ctx->be->event_query(a->ctx, ev) == GM_NOT_READY && t_now() - t0 < 1.0) sched_yield();
         if (a->ctx->be->event_query(a->ctx, ev) == GM_NOT_READY) a->lost++;
@@ -592,6 +598,53 @@ static void test_handoff_race(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A wait on a stream that is being destroyed (its thread told to stop,
+   its queue still draining) returns only once its op has run: a waiter's
+   poll ends on progress, never on the stop. The waiter's polling window is
+   set to its longest, as a stream that handed off quickly would have it. */
+typedef struct retire_arg {
+    gm_context* ctx;
+    gm_stream s;
+} retire_arg;
+static void slow_fn(void* a) {
+    struct timespec ts;
+    ts.tv_sec = 0;
+    ts.tv_nsec = 50 * 1000 * 1000;
+    nanosleep(&ts, NULL);
+    __atomic_store_n((int*)a, 1, __ATOMIC_RELEASE);
+}
+static void* retire_fn(void* p) {
+    retire_arg* a = (retire_arg*)p;
+    a->ctx->be->stream_destroy(a->ctx, a->s); /* stop, drain, join */
+    return NULL;
+}
+static void test_wait_while_retiring(void) {
+    gm_context* ctx;
+    gm__sim_stream* st;
+    retire_arg ra;
+    pthread_t th;
+    void* ev;
+    int done = 0;
+    if (!t_sim) return;
+    ctx = t_setup(t_desc());
+    T_OK(ctx->be->stream_create(ctx, &ra.s));
+    ra.ctx = ctx;
+    st = (gm__sim_stream*)ra.s;
+    pthread_mutex_lock(&st->mu);
+    st->wspin_ns = GM__SIM_SPIN_MAX;
+    pthread_mutex_unlock(&st->mu);
+    T_OK(ctx->be->launch_host(ctx, ra.s, slow_fn, &done));
+    T_OK(ctx->be->event_create(ctx, &ev));
+    T_OK(ctx->be->event_record(ctx, ev, ra.s));
+    T_CHECK(pthread_create(&th, NULL, retire_fn, &ra) == 0);
+    while (!__atomic_load_n(&st->stop, __ATOMIC_RELAXED)) sched_yield();
+    T_OK(ctx->be->event_sync(ctx, ev));
+    T_EQ(__atomic_load_n(&done, __ATOMIC_ACQUIRE), 1);
+    pthread_join(th, NULL);
+    T_OK(ctx->be->event_destroy(ctx, ev));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_backend_choice();
     test_async_and_ordered();
@@ -603,5 +656,6 @@ int main(void) {
     test_run_inline();
     test_move_bytes_off();
     test_handoff_race();
+    test_wait_while_retiring();
     return t_done();
 }
