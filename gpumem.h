@@ -4916,6 +4916,7 @@ typedef struct gm__tcache {
     /* the owner's alone */
     gm__tclive* live;
     size_t lcap, lcount;
+    size_t room_skip;         /* adoptions refused without a look after a full table was scanned */
     /* under ctx->mu */
     int frozen;               /* atomic; ctx->tc_frozen says whether all are */
     int64_t folded[GM__TCN];  /* cnt at the last fold */
@@ -5000,15 +5001,26 @@ static GM__HOT void gm__tc_del(gm__tcache* tc, gm__tclive* e) {
 }
 
 /* Room in the table for one more block (the owner): stale entries go,
-   and it doubles as needed, up to GM__TC_LIVE_MAX slots. */
+   and it doubles as needed, up to GM__TC_LIVE_MAX slots. A table at its
+   largest and half full of valid entries is not scanned again for the
+   next GM__TC_LIVE_MAX / 8 adoptions (they are refused: the blocks are
+   served through the lock), so a thread holding that many small blocks
+   pays O(1) per allocation, not a scan of the table. */
 static int gm__tc_room(gm__tcache* tc) {
     size_t need = 2 * (tc->lcount + 1), cap = tc->lcap, ocap = tc->lcap, i;
     gm__tclive *old = tc->live, *n;
     if (need <= tc->lcap) return 1;
+    if (tc->room_skip) {
+        tc->room_skip--;
+        return 0;
+    }
     for (i = 0; i < ocap; i++) /* only the entries still valid count */
         if (old[i].p && !gm__tc_valid(&old[i])) need -= 2;
     while (cap < need && cap < GM__TC_LIVE_MAX) cap *= 2;
-    if (cap < need) return 0;
+    if (cap < need) {
+        tc->room_skip = GM__TC_LIVE_MAX / 8;
+        return 0;
+    }
     n = (gm__tclive*)gm__calloc(cap * sizeof *n);
     if (!n) return 0;
     tc->live = n;

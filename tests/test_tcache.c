@@ -527,12 +527,40 @@ static void test_table_entries(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* One thread holding more small blocks than its table takes (65,536 of
+   131,072 slots): the blocks past it are served through the lock, and
+   everything stays exact (gm_check, statistics, frees of every block,
+   some through the cache and some through the lock). */
+static void test_table_limit(void) {
+    enum { N = 70000 };
+    gm_context* ctx = make(1, 0);
+    gm_stats st;
+    void** v = (void**)calloc(N, sizeof *v);
+    int i;
+    T_CHECK(v != NULL);
+    for (i = 0; i < N && v; i++)
+        if (gm_alloc(ctx, &v[i], 512, NULL) != GM_OK) break;
+    T_EQ(i, N);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < N && v; i += 2) T_OK(gm_free(ctx, v[i]));
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < N && v; i += 2) T_OK(gm_alloc(ctx, &v[i], 512, NULL));
+    for (i = 0; i < N && v; i++) T_OK(gm_free(ctx, v[i]));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.allocation[0].current, 0);
+    T_EQ(st.allocation[0].peak, N);
+    free(v);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_reuse();
     test_peak();
     test_stats_match();
     test_misuse();
     test_table_entries();
+    test_table_limit();
     test_cross_thread(0);
     test_cross_thread(1);
     test_idle_steal();
