@@ -2160,8 +2160,8 @@ static void* gm__sim_worker(void* arg) {
         gm__sim_op* op;
         while (!s->head && !s->stop) {
             uint64_t t0;
-            if (gm__sim_poll(s, &s->spin_ns, 1, 0) || s->head || s->stop)
-                continue; /* the next op came meanwhile (perhaps as the poll ran out: no one woke us for it) */
+            (void)gm__sim_poll(s, &s->spin_ns, 1, 0);
+            if (s->head || s->stop) continue; /* it came meanwhile, perhaps as the poll ran out: no one woke us */
             t0 = gm__now_ns();
             s->idle = 1;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -5829,10 +5829,14 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
    (pending frees are retired under it first): 1 when it did. Inlined into
    gm_alloc and gm_alloc_ex, whose other paths are out of line, so that
    this one saves few registers. */
+/* Whether a request is the thread caches' (plan: the context's plan). */
+static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size, const void* plan) {
+    return ctx->tc_on && out && size - 1 < GM__TC_MAX && !plan && !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED);
+}
+
 static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
     gm__tcache* tc;
-    if (!ctx || ctx->magic != GM__CTX_LIVE || !ctx->tc_on || !out || size - 1 >= GM__TC_MAX ||
-        __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE) || __atomic_load_n(&ctx->npending, __ATOMIC_RELAXED))
+    if (!ctx || ctx->magic != GM__CTX_LIVE || !gm__tc_serves(ctx, out, size, __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)))
         return 0;
     tc = gm__tc_get(ctx, 1);
     return tc && gm__tc_alloc(ctx, tc, out, size, stream);
@@ -5845,8 +5849,7 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
     if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
-    if (ctx->tc_on && out && size && size <= GM__TC_MAX && !plan &&
-        !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED)) { /* missed the cache: the lock adopts the block */
+    if (gm__tc_serves(ctx, out, size, plan)) { /* missed the cache: the lock adopts the block */
         tc = gm__tc_get(ctx, 1);
     } else if (ctx->tc_on && ctx->va_gran && out && size && !plan) {
         tc = gm__tc_get(ctx, 0); /* expandable: a large request gives this thread's cached blocks back first */
@@ -5955,24 +5958,20 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     return GM_OK;
 }
 
-/* fast: what gm_free's try of the thread's cache said (gm__tc_free), or
-   -1 when it did not try. */
-static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, int fast) {
+/* full: gm_free's try of the thread's cache `tc` found the block's bin
+   or the cache full (gm__tc_free said 2); else the cache does not take
+   it, and the lock does. */
+static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, gm__tcache* tc, int full) {
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
         gm_result pr;
         if (gm__plan_free(ctx, ptr, &pr)) return pr;
-    } else if (ctx->tc_on && fast != 0) { /* the thread's cache (0: it does not hold the block) */
-        gm__tcache* tc = gm__tc_get(ctx, 0);
-        int k = fast > 0 ? fast : tc ? gm__tc_free(ctx, tc, ptr) : 0;
-        if (k == 1) return GM_OK;
-        if (k == 2) { /* its bin or the cache is full: some go back in one batch */
-            pthread_mutex_lock(&ctx->mu);
-            gm__tc_make_room(ctx, tc, ptr);
-            gm__unlock(ctx);
-            if (gm__tc_free(ctx, tc, ptr) == 1) return GM_OK;
-        }
+    } else if (full) { /* some go back in one batch, and the cache takes it */
+        pthread_mutex_lock(&ctx->mu);
+        gm__tc_make_room(ctx, tc, ptr);
+        gm__unlock(ctx);
+        if (gm__tc_free(ctx, tc, ptr) == 1) return GM_OK;
     }
     return gm__free(ctx, ptr, GM__OWN_USER);
 }
@@ -5980,13 +5979,13 @@ static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, int fast
 /* The thread's cache takes a block it handed out at once, without the
    lock; everything else (and a full bin) goes out of line. */
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
-    gm__tcache* tc;
-    int k = -1;
+    gm__tcache* tc = NULL;
+    int k = 0;
     if (GM__LIKELY(ctx && ptr && ctx->magic == GM__CTX_LIVE && ctx->tc_on &&
                    !__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) &&
         (tc = gm__tc_get(ctx, 0)) != NULL && (k = gm__tc_free(ctx, tc, ptr)) == 1)
         return GM_OK;
-    return gm__free_slow(ctx, ptr, k);
+    return gm__free_slow(ctx, ptr, tc, k == 2);
 }
 
 /* gm_record_stream on a block `owner` holds. */
