@@ -253,6 +253,7 @@
       budget:8G|0.25      device_budget / _fraction    the whole device
       caching:on|off      caching                      on
       thread_cache:on|off thread_cache                 on
+      thread_cache_max:64M thread_cache_max            1M (the small pool)
       expandable:on|off   expandable                   off
       expandable_page:20M expandable_page              the backend's granularity
       gc_threshold:0.8    gc_threshold                 off
@@ -548,6 +549,11 @@ typedef struct gm_desc {
                                       allocation, mapped and unmapped by its own driver calls (30 to
                                       100 us each on an H200, whatever the size): larger pages make
                                       fewer calls, and reserved memory coarser */
+    size_t thread_cache_max;       /* the largest request the thread caches serve; default 1 MiB (the
+                                      small pool). Larger (up to 1 GiB, and 1/32 of the budget) lets
+                                      threads reuse large blocks without the lock, at the price of up
+                                      to twice this much free memory held per thread (given back when
+                                      a request would otherwise fail). 1 MiB with expandable segments */
 } gm_desc;
 
 /* One statistic, with PyTorch's semantics. */
@@ -723,12 +729,14 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
    either.
    Thread caches (desc.thread_cache, on by default; off with a trace or
    caching:off): each thread keeps up to 8 freed
-   blocks of each size up to 1 MiB, per stream, at most 2 MiB (and
-   1/64 of the budget) in all. A gm_alloc of the same rounded size on the
-   same stream takes one back, and gm_free of a block the thread was handed
-   puts it there, both without the context's lock. An allocation of up to
-   1 MiB that goes through the lock (and gm_get_stats; with expandable
-   segments, any allocation through the lock) gives the calling thread's
+   blocks of each size up to 1 MiB (desc.thread_cache_max), per stream, at
+   most 2 MiB (and 1/64 of the budget) in all; with a larger
+   thread_cache_max, twice that (and 1/16 of the budget). A gm_alloc of the
+   same rounded size on the same stream takes one back, and gm_free of a
+   block the thread was handed puts it there, both without the context's
+   lock. An allocation of up to thread_cache_max that goes through the lock
+   (and gm_get_stats; with expandable segments or a thread_cache_max past
+   1 MiB, any allocation through the lock) gives the calling thread's
    blocks back first; blocks in
    other threads' caches are given back when a request would otherwise fail
    and by gm_empty_cache, gm_check, gm_snapshot, gm_set_budget and
@@ -1290,6 +1298,7 @@ struct gm_context {
     uint64_t t0;            /* setup time, for the trace's clock */
     struct gm__tcache* tcs; /* the threads' caches of this context (>>tcache), under mu */
     int tc_on;              /* gm_alloc and gm_free may use them (set at setup) */
+    size_t tc_max;          /* the largest request they serve (desc.thread_cache_max, resolved) */
     uint64_t tc_epoch;      /* statistics folds so far (atomic) */
     int tc_frozen;          /* the caches stand still (gm__tc_freeze), under mu */
     int tc_dirty;           /* a cache counted something since the last fold (atomic) */
@@ -1542,6 +1551,9 @@ static int gm__apply_option(gm_desc* d, char* dir, const char* k, size_t kn, con
         } else if (gm__word_is(k, kn, "max_split_size")) {
             if (frac || bytes <= 20 * GM__MIB) return 0; /* as PyTorch: above the large segment */
             if (!d->max_split_size) d->max_split_size = bytes;
+        } else if (gm__word_is(k, kn, "thread_cache_max")) {
+            if (frac || bytes == 0 || bytes > GM__GIB) return 0;
+            if (!d->thread_cache_max) d->thread_cache_max = bytes;
         } else if (gm__word_is(k, kn, "expandable_page")) {
             if (frac || bytes == 0 || bytes > GM__GIB) return 0;
             if (!d->expandable_page) d->expandable_page = bytes;
@@ -1632,6 +1644,10 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     if (d.gc_threshold < 0 || d.gc_threshold >= 1 || d.gc_threshold != d.gc_threshold) {
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.gc_threshold outside (0,1): off", d.log_user);
         d.gc_threshold = 0;
+    }
+    if (d.thread_cache_max > GM__GIB) {
+        if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.thread_cache_max above 1 GiB: 1 MiB", d.log_user);
+        d.thread_cache_max = 0;
     }
     if (d.max_split_size && d.max_split_size <= 20 * GM__MIB) {
         if (d.log_fn) d.log_fn(GM_LOG_WARN, "desc.max_split_size must exceed 20 MiB: unlimited", d.log_user);
@@ -4841,12 +4857,13 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
    blocks it freed, by (stream, block size), and a table, by address, of
    the blocks it was handed (an entry stays while its block belongs to
    the cache, handed out or binned, so neither fast operation writes the
-   table). A request of at most GM__TC_MAX bytes whose bin holds a block
+   table). A request of at most ctx->tc_max bytes (GM__TC_MAX, the small
+   pool's largest, unless desc.thread_cache_max says more) whose bin holds a block
    of its rounded size on its stream takes it there; a free of a block the
    table names as handed out puts it in its bin. Everything else goes
    through the lock as before, and a block the lock hands to a thread with
-   a cache (of exactly the rounded size, from the small pool) is entered in
-   its table. A block is reused at once only on the stream it was
+   a cache (of exactly the rounded size, at most tc_max) is entered in its
+   table. A block is reused at once only on the stream it was
    allocated for, as under the lock.
    A block a cache knows is a USED block of the allocator (in the map)
    whose word tcw is (generation << 2) | state: GM__TC_NONE (an ordinary
@@ -4871,7 +4888,10 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
      stealer reads it while frozen;
      tc->cached sums the bins' bytes, at most tc->cap;
    - statistics: an owner counts its fast allocations and frees in
-     monotonic counters, read consistently through seq. ctx->stats plus the
+     monotonic counters, read consistently through seq; once it adopted a
+     block over GM__TC_MAX (big), also the large pool's share (cntl, curl)
+     and each pool's high-water mark (his, hil), so that all pools and each
+     pool stay exact. ctx->stats plus the
      counts not yet folded is exact; a fold (under mu, when a call under
      the lock allocates or frees and when statistics are read) adds them
      and raises the peak by each cache's high-water mark since the last
@@ -4910,6 +4930,10 @@ typedef struct gm__tcache {
     int64_t cnt[GM__TCN];
     int64_t hi[3];            /* high-water of allocations - frees since fold `seen` */
     uint64_t seen;
+    int64_t cntl[GM__TCN];    /* with big: the large pool's share of cnt (blocks over GM__TC_MAX) */
+    int64_t hil[3], his[3];   /* with big: the high-water marks of the large and the small pool's shares */
+    int64_t curl[3];          /* with big: the large pool's share now (cntl's allocations - frees) */
+    int big;                  /* a large block was adopted: counts go per pool (set by the owner, under mu) */
     /* the owner's in fast operations and under mu; a stealer's while frozen */
     size_t cached, cap, nbinned;
     gm__tcbin bins[GM__TC_BINS];
@@ -4920,6 +4944,7 @@ typedef struct gm__tcache {
     /* under ctx->mu */
     int frozen;               /* atomic; ctx->tc_frozen says whether all are */
     int64_t folded[GM__TCN];  /* cnt at the last fold */
+    int64_t foldedl[GM__TCN]; /* cntl at the last fold */
     struct gm__tcache* next;  /* the context's list */
     /* under gm__tc_mu */
     gm_context* ctx;          /* NULL once the context is shut down */
@@ -4947,8 +4972,32 @@ static int gm__fence_word;
 
 static uint64_t gm__tc_next_gen(uint64_t w, int state) { return (((w >> 2) + 1) << 2) | (uint64_t)state; }
 
-/* The bytes a cache may hold: GM__TC_BYTES, or 1/64 of the budget. */
-static size_t gm__tc_cap(const gm_context* ctx) { return ctx->budget / 64 < GM__TC_BYTES ? ctx->budget / 64 : GM__TC_BYTES; }
+/* The bytes a cache may hold: GM__TC_BYTES, or 1/64 of the budget; with
+   large blocks (tc_max over GM__TC_MAX), twice tc_max, or 1/16 of it. */
+static size_t gm__tc_cap(const gm_context* ctx) {
+    size_t want = GM__TC_BYTES, lim = ctx->budget / 64;
+    if (ctx->tc_max > GM__TC_MAX) {
+        want = 2 * ctx->tc_max;
+        lim = ctx->budget / 16;
+    }
+    return lim < want ? lim : want;
+}
+
+/* desc.thread_cache_max resolved (at setup): GM__TC_MAX by default; none
+   past it with expandable segments (a cached block keeps its pages
+   mapped), nor past 1/32 of the budget (so the cache holds two). */
+static size_t gm__tc_max(gm_context* ctx, size_t want) {
+    size_t m = want ? gm__round_req(want) : GM__TC_MAX;
+    if (m > GM__TC_MAX && ctx->va_gran) {
+        gm__log(ctx, GM_LOG_INFO, "setup: thread_cache_max %zu: 1 MiB with expandable segments", want);
+        return GM__TC_MAX;
+    }
+    if (m > GM__TC_MAX && m > ctx->budget / 32) {
+        m = ctx->budget / 32 > GM__TC_MAX ? ctx->budget / 32 / GM__ROUND * GM__ROUND : GM__TC_MAX;
+        gm__log(ctx, GM_LOG_INFO, "setup: thread_cache_max %zu is over 1/32 of the budget: %zu", want, m);
+    }
+    return m;
+}
 
 static GM__HOT uint32_t gm__tc_bin(size_t size, gm_stream s) {
     uint64_t h = ((uint64_t)(size >> 9) ^ ((uint64_t)(uintptr_t)s << 12)) * 0x9E3779B97F4A7C15ull;
@@ -5102,7 +5151,7 @@ static void gm__tc_thaw(gm_context* ctx) {
 }
 
 /* A cache's counters, consistent (any thread). */
-static void gm__tc_read(const gm__tcache* tc, int64_t c[GM__TCN], int64_t hi[3], uint64_t* seen) {
+static void gm__tc_read(const gm__tcache* tc, int64_t c[2][GM__TCN], int64_t hi[3][3], uint64_t* seen) {
     for (;;) {
         uint64_t s = __atomic_load_n(&tc->seq, __ATOMIC_ACQUIRE);
         int k;
@@ -5111,63 +5160,146 @@ static void gm__tc_read(const gm__tcache* tc, int64_t c[GM__TCN], int64_t hi[3],
             continue;
         }
         /* acquire loads: the second read of seq cannot move before them */
-        for (k = 0; k < GM__TCN; k++) c[k] = __atomic_load_n(&tc->cnt[k], __ATOMIC_ACQUIRE);
-        for (k = 0; k < 3; k++) hi[k] = __atomic_load_n(&tc->hi[k], __ATOMIC_ACQUIRE);
+        for (k = 0; k < GM__TCN; k++) {
+            c[0][k] = __atomic_load_n(&tc->cnt[k], __ATOMIC_ACQUIRE);
+            c[1][k] = __atomic_load_n(&tc->cntl[k], __ATOMIC_ACQUIRE);
+        }
+        for (k = 0; k < 3; k++) {
+            hi[0][k] = __atomic_load_n(&tc->hi[k], __ATOMIC_ACQUIRE);
+            hi[1][k] = __atomic_load_n(&tc->his[k], __ATOMIC_ACQUIRE);
+            hi[2][k] = __atomic_load_n(&tc->hil[k], __ATOMIC_ACQUIRE);
+        }
         *seen = __atomic_load_n(&tc->seen, __ATOMIC_ACQUIRE);
         if (GM__LD(tc->seq) == s) return;
     }
 }
 
-static void gm__tc_apply(gm_stat* s3, int64_t up, int64_t a, int64_t f) {
-    static const int at[2] = {GM_STAT_ALL, GM_STAT_SMALL_POOL};
-    int i;
-    for (i = 0; i < 2; i++) {
-        gm_stat* s = &s3[at[i]];
-        if (s->current + up > s->peak) s->peak = s->current + up;
-        s->current += a - f;
-        s->allocated += a;
-        s->freed += f;
-        if (s->current > s->peak) s->peak = s->current;
-    }
+static void gm__tc_apply(gm_stat* s, int64_t up, int64_t a, int64_t f) {
+    if (s->current + up > s->peak) s->peak = s->current + up;
+    s->current += a - f;
+    s->allocated += a;
+    s->freed += f;
+    if (s->current > s->peak) s->peak = s->current;
 }
 
-/* The caches' counts since the last fold go into ctx->stats (with mu). */
+/* How far a cache's high-water mark `h` (of the current epoch when seen)
+   lifts a share whose current value was `f` at the last fold. */
+static int64_t gm__tc_up(int seen, int64_t h, int64_t f) { return (seen && h > f ? h : f) - f; }
+
+/* The caches' counts since the last fold go into ctx->stats (with mu):
+   all pools, the small pool's share, the large pool's share. */
 static void gm__tc_fold_now(gm_context* ctx) {
-    int64_t up[3] = {0, 0, 0}, add[GM__TCN] = {0, 0, 0, 0, 0, 0};
+    int64_t up[3][3], add[3][GM__TCN];
     uint64_t e;
     gm__tcache* tc;
-    int k;
+    int k, j;
     if (GM__LIKELY(!ctx->tcs)) return;
+    memset(up, 0, sizeof up);
+    memset(add, 0, sizeof add);
     GM__ST(ctx->tc_dirty, 0);
     e = GM__LD(ctx->tc_epoch);
     GM__ST(ctx->tc_epoch, e + 1); /* owners start their next high-water marks */
     for (tc = ctx->tcs; tc; tc = tc->next) {
-        int64_t c[GM__TCN], hi[3];
+        int64_t c[2][GM__TCN], hi[3][3];
         uint64_t seen;
         gm__tc_read(tc, c, hi, &seen);
         for (k = 0; k < 3; k++) {
-            int64_t f = tc->folded[GM__TCN_A + k] - tc->folded[GM__TCN_F + k];
             /* a mark of this interval only: a mark left from an earlier one was
                folded then (exact with one thread; with several, a mark made
                while this fold began may be missed) */
-            up[k] += (seen == e && hi[k] > f ? hi[k] : f) - f;
+            int64_t fa = tc->folded[GM__TCN_A + k] - tc->folded[GM__TCN_F + k];
+            int64_t fl = tc->foldedl[GM__TCN_A + k] - tc->foldedl[GM__TCN_F + k];
+            up[0][k] += gm__tc_up(seen == e, hi[0][k], fa);
+            /* without big every count is the small pool's, and so is the mark */
+            up[1][k] += gm__tc_up(seen == e, tc->big ? hi[1][k] : hi[0][k], fa - fl);
+            if (tc->big) up[2][k] += gm__tc_up(seen == e, hi[2][k], fl);
         }
         for (k = 0; k < GM__TCN; k++) {
-            add[k] += c[k] - tc->folded[k];
-            tc->folded[k] = c[k];
+            add[0][k] += c[0][k] - tc->folded[k];
+            add[2][k] += c[1][k] - tc->foldedl[k];
+            tc->folded[k] = c[0][k];
+            tc->foldedl[k] = c[1][k];
         }
     }
-    gm__tc_apply(ctx->stats.allocation, up[0], add[GM__TCN_A], add[GM__TCN_F]);
-    gm__tc_apply(ctx->stats.active, up[0], add[GM__TCN_A], add[GM__TCN_F]);
-    gm__tc_apply(ctx->stats.allocated_bytes, up[1], add[GM__TCN_A + 1], add[GM__TCN_F + 1]);
-    gm__tc_apply(ctx->stats.active_bytes, up[1], add[GM__TCN_A + 1], add[GM__TCN_F + 1]);
-    gm__tc_apply(ctx->stats.requested_bytes, up[2], add[GM__TCN_A + 2], add[GM__TCN_F + 2]);
+    for (k = 0; k < GM__TCN; k++) add[1][k] = add[0][k] - add[2][k];
+    for (j = 0; j < 3; j++) { /* j: GM_STAT_ALL, _SMALL_POOL, _LARGE_POOL */
+        gm__tc_apply(&ctx->stats.allocation[j], up[j][0], add[j][GM__TCN_A], add[j][GM__TCN_F]);
+        gm__tc_apply(&ctx->stats.active[j], up[j][0], add[j][GM__TCN_A], add[j][GM__TCN_F]);
+        gm__tc_apply(&ctx->stats.allocated_bytes[j], up[j][1], add[j][GM__TCN_A + 1], add[j][GM__TCN_F + 1]);
+        gm__tc_apply(&ctx->stats.active_bytes[j], up[j][1], add[j][GM__TCN_A + 1], add[j][GM__TCN_F + 1]);
+        gm__tc_apply(&ctx->stats.requested_bytes[j], up[j][2], add[j][GM__TCN_A + 2], add[j][GM__TCN_F + 2]);
+    }
 }
 
-/* The owner counts a fast allocation or free. */
-static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int64_t bytes, int64_t req) {
+/* gm__tc_count once the cache holds large blocks (big): all pools' counts
+   and marks, the large pool's share (cntl, curl) and each pool's marks
+   (his, hil). Out of line, so that the small-only path stays as short. */
+static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes,
+                                         int64_t req) {
     int o = fr ? GM__TCN_F : GM__TCN_A;
     int64_t c0 = GM__LD(tc->cnt[o]) + 1, c1 = GM__LD(tc->cnt[o + 1]) + bytes, c2 = GM__LD(tc->cnt[o + 2]) + req;
+    int64_t n0, n1, n2, l0, l1, l2;
+    uint64_t e;
+    GM__ST(tc->cnt[o], c0);
+    GM__ST(tc->cnt[o + 1], c1);
+    GM__ST(tc->cnt[o + 2], c2);
+    if (large) {
+        int64_t sg = fr ? -1 : 1;
+        GM__ST(tc->cntl[o], GM__LD(tc->cntl[o]) + 1);
+        GM__ST(tc->cntl[o + 1], GM__LD(tc->cntl[o + 1]) + bytes);
+        GM__ST(tc->cntl[o + 2], GM__LD(tc->cntl[o + 2]) + req);
+        tc->curl[0] += sg;
+        tc->curl[1] += sg * bytes;
+        tc->curl[2] += sg * req;
+    }
+    if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
+    if (fr) return;
+    e = GM__LD(ctx->tc_epoch);
+    n0 = c0 - GM__LD(tc->cnt[GM__TCN_F]);
+    n1 = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]);
+    n2 = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
+    l0 = tc->curl[0];
+    l1 = tc->curl[1];
+    l2 = tc->curl[2];
+    if (GM__LD(tc->seen) != e) {
+        GM__ST(tc->seen, e);
+        GM__ST(tc->hi[0], n0);
+        GM__ST(tc->hi[1], n1);
+        GM__ST(tc->hi[2], n2);
+        GM__ST(tc->hil[0], l0);
+        GM__ST(tc->hil[1], l1);
+        GM__ST(tc->hil[2], l2);
+        GM__ST(tc->his[0], n0 - l0);
+        GM__ST(tc->his[1], n1 - l1);
+        GM__ST(tc->his[2], n2 - l2);
+        return;
+    }
+    if (n0 > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n0);
+    if (n1 > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n1);
+    if (n2 > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n2);
+    if (large) { /* only the large share grew */
+        if (l0 > GM__LD(tc->hil[0])) GM__ST(tc->hil[0], l0);
+        if (l1 > GM__LD(tc->hil[1])) GM__ST(tc->hil[1], l1);
+        if (l2 > GM__LD(tc->hil[2])) GM__ST(tc->hil[2], l2);
+    } else {
+        if (n0 - l0 > GM__LD(tc->his[0])) GM__ST(tc->his[0], n0 - l0);
+        if (n1 - l1 > GM__LD(tc->his[1])) GM__ST(tc->his[1], n1 - l1);
+        if (n2 - l2 > GM__LD(tc->his[2])) GM__ST(tc->his[2], n2 - l2);
+    }
+}
+
+/* The owner counts a fast allocation or free (of a block over GM__TC_MAX:
+   large). */
+static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
+    int o = fr ? GM__TCN_F : GM__TCN_A;
+    int64_t c0, c1, c2;
+    if (GM__UNLIKELY(tc->big)) {
+        gm__tc_count_big(ctx, tc, fr, large, bytes, req);
+        return;
+    }
+    c0 = GM__LD(tc->cnt[o]) + 1;
+    c1 = GM__LD(tc->cnt[o + 1]) + bytes;
+    c2 = GM__LD(tc->cnt[o + 2]) + req;
     GM__ST(tc->cnt[o], c0);
     GM__ST(tc->cnt[o + 1], c1);
     GM__ST(tc->cnt[o + 2], c2);
@@ -5207,7 +5339,7 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
     w = e.w - GM__TC_FREE + GM__TC_LIVE;
     GM__ST(e.b->tcw, w); /* its table entry stayed */
     e.b->requested = size;
-    gm__tc_count(ctx, tc, 0, (int64_t)rsize, (int64_t)size);
+    gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
     gm__tc_leave(tc);
     *out = (void*)e.b->addr;
     return 1;
@@ -5266,7 +5398,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     bin->n++;
     tc->nbinned++;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
-    gm__tc_count(ctx, tc, 1, (int64_t)size, (int64_t)b->requested);
+    gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
     gm__tc_leave(tc);
     return 1;
 }
@@ -5352,7 +5484,17 @@ static int gm__tc_leave_block(gm__block* b) {
    (with mu). */
 static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t rsize, gm_stream stream) {
     uint64_t w;
-    if (!tc || b->size != rsize || b->seg->arena != &ctx->pool[0] || !gm__tc_room(tc)) return;
+    int k;
+    if (!tc || b->size != rsize || rsize > ctx->tc_max || b->seg->arena != &ctx->pool[gm__pool_of(rsize)] ||
+        !gm__tc_room(tc))
+        return;
+    if (rsize > GM__TC_MAX && !tc->big) { /* counts go per pool from now on; so far all were the small pool's */
+        for (k = 0; k < 3; k++) {
+            GM__ST(tc->his[k], GM__LD(tc->hi[k]));
+            GM__ST(tc->hil[k], 0);
+        }
+        tc->big = 1;
+    }
     w = gm__tc_next_gen(GM__LD(b->tcw), GM__TC_LIVE);
     GM__ST(b->tcw, w);
     gm__tc_put(tc, b->addr, b, w, stream);
@@ -5388,7 +5530,8 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
             for (k = 0; k < bin->n && k < GM__TC_DEPTH; k++) {
                 const gm__block* b = bin->e[k].b;
                 if (GM__LD(b->tcw) != bin->e[k].w || (bin->e[k].w & 3) != GM__TC_FREE || b->state != GM__USED ||
-                    gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->seg->arena != &ctx->pool[0] ||
+                    gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->size > ctx->tc_max ||
+                    b->seg->arena != &ctx->pool[gm__pool_of(b->size)] || (b->size > GM__TC_MAX && !tc->big) ||
                     gm__tc_bin(b->size, bin->stream) != i)
                     gm__broken(ck, "thread cache %d: bin %zu holds block %#lx (%zu bytes), which is not its free block",
                                n, i, (unsigned long)b->addr, b->size);
@@ -5574,8 +5717,8 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
-    if (tc && tc->nbinned && (pl == 0 || ctx->va_gran)) /* a miss: best fit sees this thread's free blocks (and */
-        gm__tc_give_own(ctx, tc);                         /* expandable: their pages idle when a large one maps) */
+    if (tc && tc->nbinned) /* a miss: best fit sees this thread's free blocks (and */
+        gm__tc_give_own(ctx, tc); /* expandable: their pages idle when a large one maps) */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if ((flags & GM__A_FIT) && b && (b->size != rsize || b->seg->va)) b = NULL;
@@ -5831,7 +5974,7 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
    this one saves few registers. */
 /* Whether a request is the thread caches' (plan: the context's plan). */
 static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size, const void* plan) {
-    return ctx->tc_on && out && size - 1 < GM__TC_MAX && !plan && !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED);
+    return ctx->tc_on && out && size - 1 < ctx->tc_max && !plan && !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED);
 }
 
 static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
@@ -5851,8 +5994,9 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
     if (gm__tc_serves(ctx, out, size, plan)) { /* missed the cache: the lock adopts the block */
         tc = gm__tc_get(ctx, 1);
-    } else if (ctx->tc_on && ctx->va_gran && out && size && !plan) {
-        tc = gm__tc_get(ctx, 0); /* expandable: a large request gives this thread's cached blocks back first */
+    } else if (ctx->tc_on && (ctx->va_gran || ctx->tc_max > GM__TC_MAX) && out && size && !plan) {
+        tc = gm__tc_get(ctx, 0); /* a larger request gives this thread's cached blocks back first (expandable:
+                                    their pages; large blocks cached: best fit sees them) */
     }
     r = gm__alloc_tc(ctx, out, size, stream, flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0, GM__OWN_USER, 0, tc);
     if (r == GM_ERR_OUT_OF_MEMORY && !(flags & GM_ALLOC_NO_SYNC)) r = gm__alloc_managed(ctx, out, size, stream);
@@ -6581,6 +6725,8 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
                  !ctx->trace;
     if (ctx->tc_on) pthread_once(&gm__tc_once, gm__tc_init); /* once a process: membarrier's registration can take
                                                                  milliseconds, better here than in a gm_alloc */
+    ctx->tc_max = gm__tc_max(ctx, ctx->desc.thread_cache_max);
+    ctx->desc.thread_cache_max = ctx->tc_max;
     r = gm__disk_open(ctx);
     if (r != GM_OK) {
         gm_shutdown(ctx);

@@ -11,12 +11,15 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static gm_context* make(int tcache, size_t budget) {
+static gm_context* make_max(int tcache, size_t budget, size_t tc_max) {
     gm_desc d = t_desc();
     d.thread_cache = tcache ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
+    d.thread_cache_max = tc_max;
     if (budget) d.device_budget = budget;
     return t_setup(d);
 }
+
+static gm_context* make(int tcache, size_t budget) { return make_max(tcache, budget, 0); }
 
 
 /* Same-size pairs reuse the block: the thread cache serves them. */
@@ -63,48 +66,107 @@ static void test_peak(void) {
 
 /* A random single-thread walk on two contexts, one with thread caches and
    one without: after every step the counts, requested bytes and their
-   peaks and running totals agree exactly. */
-static void test_stats_match(void) {
-    gm_context* on = make(1, 0);
+   peaks and running totals agree exactly, for all pools and each, and the
+   allocated bytes are the sizes of the blocks held (where blocks lie, and
+   so their sizes, may differ between the two). The statistics are read
+   by another thread, so that this thread's bins stay full across the
+   reads (a read by this thread gives them back): the high-water marks
+   then see fast allocations and frees of every kind between two reads.
+   With tc_max (thread_cache_max), large blocks go through the caches too,
+   mixed with small ones. */
+typedef struct stats_read {
+    gm_context* ctx;
+    int reset; /* gm_reset_peak_stats first */
+    gm_stats st;
+    gm_result r;
+} stats_read;
+static void* stats_reader(void* a) {
+    stats_read* q = (stats_read*)a;
+    q->r = q->reset ? gm_reset_peak_stats(q->ctx) : GM_OK;
+    if (q->r == GM_OK) q->r = gm_get_stats(q->ctx, &q->st);
+    return NULL;
+}
+static gm_result stats_elsewhere_r(gm_context* ctx, gm_stats* st, int reset) {
+    pthread_t th;
+    stats_read q;
+    q.ctx = ctx;
+    q.reset = reset;
+    q.r = GM_ERR_INVALID_ARGUMENT;
+    if (pthread_create(&th, NULL, stats_reader, &q) != 0) return GM_ERR_HOST_OUT_OF_MEMORY;
+    pthread_join(th, NULL);
+    *st = q.st;
+    return q.r;
+}
+static gm_result stats_elsewhere(gm_context* ctx, gm_stats* st) { return stats_elsewhere_r(ctx, st, 0); }
+
+static void test_stats_match(size_t tc_max) {
+    gm_context* on = make_max(1, 0, tc_max);
     gm_context* off = make(0, 0);
     void* pa[64];
     void* pb[64];
-    int n = 0, step, bad = 0;
-    unsigned long long s = 0x1234567ull;
-    static const size_t sizes[] = {512, 700, 4096, 4000, 65536, 3 * KiB, 2900, 3 * MiB};
+    size_t sa[64];
+    int n = 0, step, bad = 0, j;
+    unsigned long long s = 0x1234567ull + tc_max;
+    static const size_t sizes[] = {512, 700, 4096, 4000, 65536, 3 * KiB, 2900, 3 * MiB,
+                                   2 * MiB, 5 * MiB + 512, 8 * MiB, 3 * MiB - 100, 20 * MiB, 1 * MiB + 1};
+    const unsigned nsizes = tc_max ? 14 : 8;
+    if (tc_max && gm_query_desc(on).device_budget / 32 >= tc_max) T_EQ(gm_query_desc(on).thread_cache_max, tc_max);
     for (step = 0; step < 20000 && !bad; step++) {
         unsigned long long r = t_rand_r(&s);
         gm_stats x, y;
         if (n < 64 && (r % 5) < 3) {
-            size_t size = sizes[(r >> 8) % 8];
-            if (gm_alloc(on, &pa[n], size, NULL) != GM_OK || gm_alloc(off, &pb[n], size, NULL) != GM_OK) bad++;
+            size_t size = sizes[(r >> 8) % nsizes];
+            if (gm_alloc(on, &pa[n], size, NULL) != GM_OK || gm_alloc(off, &pb[n], size, NULL) != GM_OK) {
+                printf("step %d: gm_alloc of %zu fails\n", step, size);
+                bad++;
+            }
+            sa[n] = size;
             n++;
         } else if (n) {
             int k = (int)((r >> 8) % (unsigned)n);
             if (gm_free(on, pa[k]) != GM_OK || gm_free(off, pb[k]) != GM_OK) bad++;
             pa[k] = pa[n - 1];
             pb[k] = pb[n - 1];
+            sa[k] = sa[n - 1];
             n--;
         }
         if (step % 7 == 0 || step > 19900) {
-            T_OK(gm_get_stats(on, &x));
+            int64_t held[GM_STAT_POOLS] = {0, 0, 0};
+            int i;
+            T_OK(stats_elsewhere(on, &x));
             T_OK(gm_get_stats(off, &y));
 #define SAME(f)                                                                                       \
-    if (x.f[0].current != y.f[0].current || x.f[0].peak != y.f[0].peak ||                           \
-        x.f[0].allocated != y.f[0].allocated || x.f[0].freed != y.f[0].freed) {                     \
-        printf("step %d: %s differs: %lld/%lld/%lld/%lld against %lld/%lld/%lld/%lld\n", step, #f,     \
-               (long long)x.f[0].current, (long long)x.f[0].peak, (long long)x.f[0].allocated,      \
-               (long long)x.f[0].freed, (long long)y.f[0].current, (long long)y.f[0].peak,           \
-               (long long)y.f[0].allocated, (long long)y.f[0].freed);                                \
+    if (x.f[j].current != y.f[j].current || x.f[j].peak != y.f[j].peak ||                           \
+        x.f[j].allocated != y.f[j].allocated || x.f[j].freed != y.f[j].freed) {                     \
+        printf("step %d: %s[%d] differs: %lld/%lld/%lld/%lld against %lld/%lld/%lld/%lld\n", step, #f, \
+               j, (long long)x.f[j].current, (long long)x.f[j].peak, (long long)x.f[j].allocated,   \
+               (long long)x.f[j].freed, (long long)y.f[j].current, (long long)y.f[j].peak,           \
+               (long long)y.f[j].allocated, (long long)y.f[j].freed);                                \
         bad++;                                                                                      \
     }
-            SAME(allocation)
-            SAME(requested_bytes)
-            SAME(active)
+            for (j = 0; j < GM_STAT_POOLS; j++) {
+                SAME(allocation)
+                SAME(requested_bytes)
+                SAME(active)
+            }
+            for (i = 0; i < n; i++) {
+                size_t bs = 0;
+                T_OK(gm_block_size(on, pa[i], &bs));
+                held[0] += (int64_t)bs;
+                held[sa[i] > MiB ? GM_STAT_LARGE_POOL : GM_STAT_SMALL_POOL] += (int64_t)bs;
+            }
+            for (j = 0; j < GM_STAT_POOLS; j++)
+                if (x.allocated_bytes[j].current != held[j]) {
+                    printf("step %d: allocated_bytes[%d] %lld, blocks held %lld\n", step, j,
+                           (long long)x.allocated_bytes[j].current, (long long)held[j]);
+                    bad++;
+                }
 #undef SAME
-            if (x.allocated_bytes[0].current != y.allocated_bytes[0].current) bad++;
         }
-        if (step % 1000 == 0 && (gm_check(on) != 0 || gm_check(off) != 0)) bad++;
+        if (step % 1000 == 0 && (gm_check(on) != 0 || gm_check(off) != 0)) {
+            printf("step %d: gm_check fails\n", step);
+            bad++;
+        }
     }
     T_EQ(bad, 0);
     while (n--) {
@@ -114,6 +176,110 @@ static void test_stats_match(void) {
     T_EQ(gm_check(on), 0);
     T_OK(gm_shutdown(on));
     T_OK(gm_shutdown(off));
+}
+
+/* With large blocks in the cache (thread_cache_max), each pool's peak of
+   an interval between two folds is its own: large blocks come and go,
+   then a small one, all through the cache; the peaks read by another
+   thread (this thread's bins stay) are the large pair's for all pools and
+   the large pool, the small block's for the small pool. */
+static void test_big_marks(void) {
+    gm_context* ctx = make_max(1, 0, 64 * MiB);
+    void *l1, *l2, *s1, *s2, *p;
+    gm_stats st;
+    int i;
+    T_OK(gm_alloc(ctx, &l1, 8 * MiB, NULL));
+    T_OK(gm_alloc(ctx, &l2, 8 * MiB, NULL));
+    T_OK(gm_alloc(ctx, &s1, 64 * KiB, NULL));
+    T_OK(gm_alloc(ctx, &s2, 64 * KiB, NULL));
+    T_OK(gm_free(ctx, l1)); /* all four to this thread's bins */
+    T_OK(gm_free(ctx, l2));
+    T_OK(gm_free(ctx, s1));
+    T_OK(gm_free(ctx, s2));
+    T_OK(stats_elsewhere_r(ctx, &st, 1)); /* peaks start again at 0 */
+    for (i = 0; i < GM_STAT_POOLS; i++) {
+        T_EQ(st.requested_bytes[i].current, 0);
+        T_EQ(st.requested_bytes[i].peak, 0);
+    }
+    T_OK(gm_alloc(ctx, &l1, 8 * MiB, NULL)); /* from the bins */
+    T_OK(gm_alloc(ctx, &l2, 8 * MiB, NULL));
+    T_OK(gm_free(ctx, l1));
+    T_OK(gm_free(ctx, l2));
+    T_OK(gm_alloc(ctx, &s1, 64 * KiB, NULL));
+    T_OK(gm_free(ctx, s1));
+    T_OK(stats_elsewhere(ctx, &st));
+    T_EQ(st.requested_bytes[GM_STAT_ALL].peak, 16 * MiB);
+    T_EQ(st.requested_bytes[GM_STAT_LARGE_POOL].peak, 16 * MiB);
+    T_EQ(st.requested_bytes[GM_STAT_SMALL_POOL].peak, 64 * KiB);
+    T_EQ(st.allocation[GM_STAT_ALL].peak, 2);
+    T_EQ(st.allocation[GM_STAT_LARGE_POOL].peak, 2);
+    T_EQ(st.allocation[GM_STAT_SMALL_POOL].peak, 1);
+    T_EQ(st.allocated_bytes[GM_STAT_SMALL_POOL].peak, 64 * KiB);
+    T_EQ(st.allocation[GM_STAT_LARGE_POOL].allocated, 4);
+    T_EQ(st.allocation[GM_STAT_SMALL_POOL].allocated, 3);
+    for (i = 0; i < GM_STAT_POOLS; i++) T_EQ(st.requested_bytes[i].current, 0);
+    /* a small peak above the large one's small share, then the large pair on top */
+    T_OK(gm_alloc(ctx, &s1, 64 * KiB, NULL));
+    T_OK(gm_alloc(ctx, &s2, 64 * KiB, NULL));
+    T_OK(gm_alloc(ctx, &l1, 8 * MiB, NULL));
+    T_OK(gm_free(ctx, s1));
+    T_OK(gm_free(ctx, s2));
+    T_OK(gm_alloc(ctx, &l2, 8 * MiB, NULL));
+    T_OK(stats_elsewhere(ctx, &st));
+    T_EQ(st.requested_bytes[GM_STAT_ALL].peak, 16 * MiB);
+    T_EQ(st.requested_bytes[GM_STAT_SMALL_POOL].peak, 128 * KiB);
+    T_EQ(st.requested_bytes[GM_STAT_LARGE_POOL].current, 16 * MiB);
+    T_EQ(st.requested_bytes[GM_STAT_SMALL_POOL].current, 0);
+    T_OK(gm_free(ctx, l1));
+    T_OK(gm_free(ctx, l2));
+    T_EQ(gm_check(ctx), 0);
+    /* a request past thread_cache_max goes through the lock, and the
+       thread's cached blocks go back to the pool first */
+    T_OK(gm_alloc(ctx, &p, 100 * MiB, NULL));
+    T_OK(gm_free(ctx, p));
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.requested_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, st.allocation[GM_STAT_ALL].freed);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* thread_cache_max: from desc and conf, rounded, bounded by the budget,
+   1 MiB with expandable segments, and a bad value is the default. */
+static void test_cache_max_option(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    d.conf = "thread_cache_max:8M";
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, 8 * MiB);
+    T_OK(gm_shutdown(ctx));
+    d = t_desc();
+    d.thread_cache_max = 3 * MiB + 1; /* rounded up to the allocator's 512 B */
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, 3 * MiB + 512);
+    T_OK(gm_shutdown(ctx));
+    d = t_desc();
+    d.conf = "thread_cache_max:0,thread_cache_max:2G"; /* both bad: the default */
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, MiB);
+    T_OK(gm_shutdown(ctx));
+    d = t_desc();
+    d.thread_cache_max = (size_t)-1; /* a warning and the default */
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, MiB);
+    T_OK(gm_shutdown(ctx));
+    d = t_desc();
+    d.device_budget = 64 * MiB;
+    d.thread_cache_max = 8 * MiB; /* over 1/32 of the budget */
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, 2 * MiB);
+    T_OK(gm_shutdown(ctx));
+    d = t_desc();
+    d.expandable = GM_TOGGLE_ON;
+    d.thread_cache_max = 8 * MiB;
+    ctx = t_setup(d);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, MiB);
+    T_OK(gm_shutdown(ctx));
 }
 
 /* Misuse of blocks a thread cache holds is caught as before. */
@@ -168,6 +334,7 @@ typedef struct xbox {
 static xbox box = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, {0}, 0};
 static gm_context* xctx;
 static int xerr, xstop, xexpand; /* xexpand: expandable segments, and a large request now and then */
+static int xlarge;                /* thread_cache_max past the small pool: large blocks, cached, often */
 static pthread_mutex_t xmu = PTHREAD_MUTEX_INITIALIZER;
 
 static void xbad(void) {
@@ -186,6 +353,7 @@ static void* xworker(void* arg) {
         unsigned long long r = t_rand_r(&s);
         if (n < 32 && (r % 3)) {
             size_t size = (size_t)512 << ((r >> 8) % 6); /* 512 B .. 16 KiB: the caches' sizes */
+            if (xlarge && (r >> 40) % 4 == 0) size = (1 + (r >> 44) % 6) * MiB + 512 * ((r >> 50) % 2);
             if (gm_alloc(xctx, &p[n], size, NULL) != GM_OK) {
                 xbad();
                 continue;
@@ -260,16 +428,18 @@ static void* xchecker(void* arg) {
     return (void*)(intptr_t)checks;
 }
 
-static void test_cross_thread(int expandable) {
+static void test_cross_thread(int expandable, int large) {
     pthread_t th[XTHREADS], ck;
     gm_stats st;
     void* ret;
     intptr_t i;
     gm_desc d = t_desc();
     d.thread_cache = GM_TOGGLE_ON;
-    d.device_budget = 1024 * MiB;
+    d.device_budget = large ? 2048 * MiB : 1024 * MiB;
+    d.thread_cache_max = large ? 32 * MiB : 0;
     d.expandable = expandable ? GM_TOGGLE_ON : GM_TOGGLE_OFF;
     xexpand = expandable;
+    xlarge = large;
     xstop = 0;
     xctx = t_setup(d);
     pthread_create(&ck, NULL, xchecker, NULL);
@@ -557,12 +727,16 @@ static void test_table_limit(void) {
 int main(void) {
     test_reuse();
     test_peak();
-    test_stats_match();
+    test_stats_match(0);
+    test_stats_match(64 * MiB);
+    test_big_marks();
+    test_cache_max_option();
     test_misuse();
     test_table_entries();
     test_table_limit();
-    test_cross_thread(0);
-    test_cross_thread(1);
+    test_cross_thread(0, 0);
+    test_cross_thread(1, 0);
+    test_cross_thread(0, 1);
     test_idle_steal();
     test_exit_and_shutdown();
     test_double_free_race();

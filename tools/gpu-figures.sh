@@ -16,7 +16,8 @@
 #   spill     bench/spill_vs_oom on the device
 #   mlp       examples/train_mlp on the device (cuBLAS)
 # STEPS="tests replay" runs a subset; TRACES is the traces' directory;
-# TEST_TIMEOUT each test's limit in seconds (default 120).
+# TEST_TIMEOUT each test's limit in seconds (default 120); TEST_JOBS how
+# many tests run at once (default 1).
 B=${B:-build}
 TRACES=${TRACES:-../shared/traces}
 STEPS=${STEPS:-info tests vmm replay demo alloc torch spill mlp}
@@ -47,18 +48,13 @@ fi
 
 if has tests; then
     step build-tests 600 sh -c "$MAKE -j$J --no-print-directory CUDART=real B=$B \$(ls tests/test_*.c | sed 's|tests/\(.*\)\.c|$B/cuda/\1|')"
-    {
-        pass=0 fail=0
-        for t in "$B"/cuda/test_*; do
-            [ -x "$t" ] || continue
-            n=$(basename "$t")
-            s0=$(date +%s)
-            timeout "${TEST_TIMEOUT:-120}" stdbuf -oL "$t" > "$LOG/t_$n.log" 2>&1
-            rc=$?
-            last=$(tail -n 1 "$LOG/t_$n.log")
-            echo "$n: exit $rc in $(($(date +%s) - s0)) s: $last"
-        done
-    } > "$LOG/tests.log" 2>&1
+    # one test ($1; limit $2 s; logs under $3): its log, then a line
+    # "name: exit rc in s: last line"; TEST_JOBS of them at once (default
+    # 1: timing checks see a quiet device)
+    one='n=$(basename "$1"); s0=$(date +%s); timeout "$2" stdbuf -oL "$1" > "$3/t_$n.log" 2>&1; rc=$?
+        echo "$n: exit $rc in $(($(date +%s) - s0)) s: $(tail -n 1 "$3/t_$n.log")"'
+    for t in "$B"/cuda/test_*; do [ -x "$t" ] && echo "$t"; done |
+        xargs -P "${TEST_JOBS:-1}" -I{} sh -c "$one" _ {} "${TEST_TIMEOUT:-120}" "$LOG" > "$LOG/tests.log" 2>&1
     cat "$LOG/tests.log" >> "$summary"
 fi
 

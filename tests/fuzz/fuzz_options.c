@@ -41,6 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_ASSERT(d.gc_threshold >= 0 && d.gc_threshold < 1);
     FUZZ_ASSERT(!d.max_split_size || d.max_split_size > 20 * GM__MIB);
     FUZZ_ASSERT(d.expandable_page <= GM__GIB);
+    FUZZ_ASSERT(d.thread_cache_max <= GM__GIB);
     FUZZ_ASSERT(d.device_budget_fraction >= 0 && d.device_budget_fraction <= 1);
     FUZZ_ASSERT(d.device >= 0 && d.device <= 1024);
     FUZZ_ASSERT(d.sim.link_bytes_per_s == 0 || d.sim.link_bytes_per_s >= 1024);
