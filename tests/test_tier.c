@@ -1150,6 +1150,138 @@ static void test_learned_jumps(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Threads on one manager, each acquiring, writing, reading back and
+   releasing its own tensors on its own stream, while the budget makes them
+   evict each other's, prefetching and evicting now and then, and a checker
+   thread runs gm_check and asks where tensors are. Bytes go in and out by
+   copies on the thread's stream (host code may not touch device memory on
+   CUDA), so every thread checks what it wrote last survived every move. */
+#define MT_THREADS 4
+#define MT_TENSORS 12
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define MT_STEPS 400
+#else
+#define MT_STEPS 1500
+#endif
+typedef struct mt_arg {
+    gm_context* ctx;
+    int id;
+    gm_tensor* all; /* every thread's tensors, for the checker */
+} mt_arg;
+static int mt_err, mt_stop;
+static pthread_mutex_t mt_mu = PTHREAD_MUTEX_INITIALIZER;
+static void mt_bad(int k, const char* what) {
+    pthread_mutex_lock(&mt_mu);
+    if (mt_err++ < 5) printf("thread %d: %s\n", k, what);
+    pthread_mutex_unlock(&mt_mu);
+}
+static void* mt_worker(void* a) {
+    mt_arg* ma = (mt_arg*)a;
+    gm_context* ctx = ma->ctx;
+    gm_stream s;
+    gm_tensor* t = ma->all + ma->id * MT_TENSORS;
+    size_t size[MT_TENSORS];
+    unsigned seed[MT_TENSORS]; /* 0: never written */
+    unsigned char* buf = (unsigned char*)malloc(MiB);
+    unsigned long long r = 0x9E3779B97F4A7C15ull * (unsigned long long)(ma->id + 1);
+    int i, k;
+    if (!buf || gm_stream_create(ctx, &s) != GM_OK) {
+        mt_bad(ma->id, "setup");
+        free(buf);
+        return NULL;
+    }
+    for (k = 0; k < MT_TENSORS; k++) {
+        size[k] = 64 * KiB + (size_t)(t_rand_r(&r) % (960 * KiB));
+        seed[k] = 0;
+        if (gm_tensor_create(ctx, &t[k], size[k]) != GM_OK) mt_bad(ma->id, "create");
+    }
+    for (i = 0; i < MT_STEPS; i++) {
+        unsigned long long x = t_rand_r(&r);
+        void* p;
+        size_t j;
+        k = (int)(x % MT_TENSORS);
+        if ((x >> 8) % 8 == 0) { /* another of its tensors: ahead, or away */
+            int o = (int)((x >> 16) % MT_TENSORS);
+            gm_result e = (x >> 24) % 2 ? gm_tensor_prefetch(ctx, t[o], s) : gm_tensor_evict(ctx, t[o]);
+            if (e != GM_OK) mt_bad(ma->id, "prefetch or evict");
+        }
+        if (gm_tensor_acquire(ctx, t[k], s, &p) != GM_OK) {
+            mt_bad(ma->id, "acquire");
+            continue;
+        }
+        if (seed[k] && (x >> 32) % 3) { /* read back what was written last */
+            if (gm_memcpy_async(ctx, buf, p, size[k], GM_COPY_DEVICE_TO_HOST, s) != GM_OK || gm_stream_synchronize(ctx, s) != GM_OK)
+                mt_bad(ma->id, "copy out");
+            for (j = 0; j < size[k]; j += 97)
+                if (buf[j] != pat(seed[k], j)) {
+                    mt_bad(ma->id, "bytes lost");
+                    break;
+                }
+            if (gm_tensor_release(ctx, t[k], s, 0) != GM_OK) mt_bad(ma->id, "release");
+        } else { /* write it anew */
+            seed[k] = (unsigned)(x >> 40) | 1u;
+            for (j = 0; j < size[k]; j++) buf[j] = pat(seed[k], j);
+            if (gm_memcpy_async(ctx, p, buf, size[k], GM_COPY_HOST_TO_DEVICE, s) != GM_OK || gm_stream_synchronize(ctx, s) != GM_OK)
+                mt_bad(ma->id, "copy in");
+            if (gm_tensor_release(ctx, t[k], s, 1) != GM_OK) mt_bad(ma->id, "release");
+        }
+    }
+    if (gm_stream_synchronize(ctx, s) != GM_OK) mt_bad(ma->id, "synchronize");
+    free(buf);
+    return NULL;
+}
+static void* mt_checker(void* a) {
+    mt_arg* ma = (mt_arg*)a;
+    int stop = 0, n = 0;
+    unsigned long long r = 7;
+    while (!stop) {
+        gm_tier w;
+        gm_tensor x = ma->all[t_rand_r(&r) % (MT_THREADS * MT_TENSORS)];
+        gm_result e;
+        if (gm_check(ma->ctx) != 0) mt_bad(-1, "gm_check");
+        e = gm_tensor_where(ma->ctx, x, &w); /* a tensor not made yet is a stale handle */
+        if (e != GM_OK && e != GM_ERR_STALE_HANDLE) mt_bad(-1, "where");
+        n++;
+        pthread_mutex_lock(&mt_mu);
+        stop = mt_stop;
+        pthread_mutex_unlock(&mt_mu);
+    }
+    return (void*)(intptr_t)n;
+}
+static void test_threads(void) {
+    gm_context* ctx = tier_ctx(6 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    static gm_tensor all[MT_THREADS * MT_TENSORS];
+    mt_arg args[MT_THREADS + 1];
+    pthread_t th[MT_THREADS], ck;
+    gm_tier_stats st;
+    void* ret;
+    int k;
+    mt_err = mt_stop = 0;
+    memset(all, 0, sizeof all);
+    for (k = 0; k <= MT_THREADS; k++) {
+        args[k].ctx = ctx;
+        args[k].id = k;
+        args[k].all = all;
+    }
+    T_OK(gm_tensor_create(ctx, &all[0], 64)); /* the manager exists before the checker asks */
+    T_OK(gm_tensor_destroy(ctx, all[0]));
+    pthread_create(&ck, NULL, mt_checker, &args[MT_THREADS]);
+    for (k = 0; k < MT_THREADS; k++) pthread_create(&th[k], NULL, mt_worker, &args[k]);
+    for (k = 0; k < MT_THREADS; k++) pthread_join(th[k], NULL);
+    pthread_mutex_lock(&mt_mu);
+    mt_stop = 1;
+    pthread_mutex_unlock(&mt_mu);
+    pthread_join(ck, &ret);
+    T_CHECK((intptr_t)ret > 0);
+    T_EQ(mt_err, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &st));
+    T_CHECK(st.evictions > 0); /* the threads did evict each other's tensors */
+    for (k = 0; k < MT_THREADS * MT_TENSORS; k++) T_OK(gm_tensor_destroy(ctx, all[k]));
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_misuse();
@@ -1175,5 +1307,6 @@ int main(int argc, char** argv) {
     test_discard();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
+    test_threads();
     return t_done();
 }
