@@ -1151,8 +1151,9 @@ static void test_learned_jumps(void) {
 }
 
 /* Threads on one manager, each acquiring, writing, reading back and
-   releasing its own tensors on its own stream, while the budget makes them
-   evict each other's, prefetching and evicting now and then, and a checker
+   releasing its own tensors on its own stream, while the budget (8 MiB for
+   about 24 MiB of tensors) makes them evict each other's, prefetching and
+   evicting now and then, and a checker
    thread runs gm_check and asks where tensors are. Bytes go in and out by
    copies on the thread's stream (host code may not touch device memory on
    CUDA), so every thread checks what it wrote last survived every move. */
@@ -1202,8 +1203,15 @@ static void* mt_worker(void* a) {
         k = (int)(x % MT_TENSORS);
         if ((x >> 8) % 8 == 0) { /* another of its tensors: ahead, or away */
             int o = (int)((x >> 16) % MT_TENSORS);
-            gm_result e = (x >> 24) % 2 ? gm_tensor_prefetch(ctx, t[o], s) : gm_tensor_evict(ctx, t[o]);
-            if (e != GM_OK) mt_bad(ma->id, "prefetch or evict");
+            int pf = (x >> 24) % 2;
+            gm_result e = pf ? gm_tensor_prefetch(ctx, t[o], s) : gm_tensor_evict(ctx, t[o]);
+            /* a prefetch is a hint: with every thread's acquired tensor pinned in place, the
+               budget may hold no hole of its size (the acquire that needs it then evicts more) */
+            if (e != GM_OK && !(pf && e == GM_ERR_OUT_OF_MEMORY)) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "%s: %s", pf ? "prefetch" : "evict", gm_result_string(e));
+                mt_bad(ma->id, msg);
+            }
         }
         if (gm_tensor_acquire(ctx, t[k], s, &p) != GM_OK) {
             mt_bad(ma->id, "acquire");
@@ -1227,6 +1235,7 @@ static void* mt_worker(void* a) {
         }
     }
     if (gm_stream_synchronize(ctx, s) != GM_OK) mt_bad(ma->id, "synchronize");
+    if (gm_stream_destroy(ctx, s) != GM_OK) mt_bad(ma->id, "stream destroy"); /* the caller's (gm_stream_create) */
     free(buf);
     return NULL;
 }
@@ -1249,7 +1258,7 @@ static void* mt_checker(void* a) {
     return (void*)(intptr_t)n;
 }
 static void test_threads(void) {
-    gm_context* ctx = tier_ctx(6 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
     static gm_tensor all[MT_THREADS * MT_TENSORS];
     mt_arg args[MT_THREADS + 1];
     pthread_t th[MT_THREADS], ck;
