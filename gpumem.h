@@ -4889,8 +4889,8 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
      tc->cached sums the bins' bytes, at most tc->cap;
    - statistics: an owner counts its fast allocations and frees in
      monotonic counters, read consistently through seq; once it adopted a
-     block over GM__TC_MAX (big), also the large pool's share (cntl, curl)
-     and each pool's high-water mark (his, hil), so that all pools and each
+     block over GM__TC_MAX (big), also the large pool's share (cntl) and
+     each pool's high-water mark (his, hil), so that all pools and each
      pool stay exact. ctx->stats plus the
      counts not yet folded is exact; a fold (under mu, when a call under
      the lock allocates or frees and when statistics are read) adds them
@@ -4932,7 +4932,6 @@ typedef struct gm__tcache {
     uint64_t seen;
     int64_t cntl[GM__TCN];    /* with big: the large pool's share of cnt (blocks over GM__TC_MAX) */
     int64_t hil[3], his[3];   /* with big: the high-water marks of the large and the small pool's shares */
-    int64_t curl[3];          /* with big: the large pool's share now (cntl's allocations - frees) */
     int big;                  /* a large block was adopted: counts go per pool (set by the owner, under mu) */
     /* the owner's in fast operations and under mu; a stealer's while frozen */
     size_t cached, cap, nbinned;
@@ -5231,94 +5230,64 @@ static void gm__tc_fold_now(gm_context* ctx) {
     }
 }
 
-/* gm__tc_count once the cache holds large blocks (big): all pools' counts
-   and marks, the large pool's share (cntl, curl) and each pool's marks
-   (his, hil). Out of line, so that the small-only path stays as short. */
-static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes,
-                                         int64_t req) {
-    int o = fr ? GM__TCN_F : GM__TCN_A;
+/* All pools' counts of a fast operation (o: GM__TCN_A or _F), and after
+   an allocation their high-water marks; *n: all pools now, *fresh: the
+   first allocation of this fold's interval. */
+static GM__HOT void gm__tc_count_all(gm_context* ctx, gm__tcache* tc, int o, int64_t bytes, int64_t req, int64_t n[3],
+                                     int* fresh) {
     int64_t c0 = GM__LD(tc->cnt[o]) + 1, c1 = GM__LD(tc->cnt[o + 1]) + bytes, c2 = GM__LD(tc->cnt[o + 2]) + req;
-    int64_t n0, n1, n2, l0, l1, l2;
-    uint64_t e;
     GM__ST(tc->cnt[o], c0);
     GM__ST(tc->cnt[o + 1], c1);
     GM__ST(tc->cnt[o + 2], c2);
+    if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
+    if (o == GM__TCN_A) { /* the high-water marks since the last fold */
+        uint64_t e = GM__LD(ctx->tc_epoch);
+        n[0] = c0 - GM__LD(tc->cnt[GM__TCN_F]);
+        n[1] = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]);
+        n[2] = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
+        *fresh = GM__LD(tc->seen) != e;
+        if (*fresh) {
+            GM__ST(tc->seen, e);
+            GM__ST(tc->hi[0], n[0]);
+            GM__ST(tc->hi[1], n[1]);
+            GM__ST(tc->hi[2], n[2]);
+        } else {
+            if (n[0] > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n[0]);
+            if (n[1] > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n[1]);
+            if (n[2] > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n[2]);
+        }
+    }
+}
+
+/* gm__tc_count once the cache holds large blocks (big): all pools as
+   always, then the large pool's share (cntl) and, after an allocation,
+   the mark of the pool it grew (both when fresh). Out of line, so that
+   the small-only path stays as short as it was. */
+static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o, int large, int64_t bytes,
+                                         int64_t req) {
+    int64_t n[3];
+    int fresh = 0, k;
+    gm__tc_count_all(ctx, tc, o, bytes, req, n, &fresh);
     if (large) {
-        int64_t sg = fr ? -1 : 1;
         GM__ST(tc->cntl[o], GM__LD(tc->cntl[o]) + 1);
         GM__ST(tc->cntl[o + 1], GM__LD(tc->cntl[o + 1]) + bytes);
         GM__ST(tc->cntl[o + 2], GM__LD(tc->cntl[o + 2]) + req);
-        tc->curl[0] += sg;
-        tc->curl[1] += sg * bytes;
-        tc->curl[2] += sg * req;
     }
-    if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
-    if (fr) return;
-    e = GM__LD(ctx->tc_epoch);
-    n0 = c0 - GM__LD(tc->cnt[GM__TCN_F]);
-    n1 = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]);
-    n2 = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
-    l0 = tc->curl[0];
-    l1 = tc->curl[1];
-    l2 = tc->curl[2];
-    if (GM__LD(tc->seen) != e) {
-        GM__ST(tc->seen, e);
-        GM__ST(tc->hi[0], n0);
-        GM__ST(tc->hi[1], n1);
-        GM__ST(tc->hi[2], n2);
-        GM__ST(tc->hil[0], l0);
-        GM__ST(tc->hil[1], l1);
-        GM__ST(tc->hil[2], l2);
-        GM__ST(tc->his[0], n0 - l0);
-        GM__ST(tc->his[1], n1 - l1);
-        GM__ST(tc->his[2], n2 - l2);
-        return;
-    }
-    if (n0 > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n0);
-    if (n1 > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n1);
-    if (n2 > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n2);
-    if (large) { /* only the large share grew */
-        if (l0 > GM__LD(tc->hil[0])) GM__ST(tc->hil[0], l0);
-        if (l1 > GM__LD(tc->hil[1])) GM__ST(tc->hil[1], l1);
-        if (l2 > GM__LD(tc->hil[2])) GM__ST(tc->hil[2], l2);
-    } else {
-        if (n0 - l0 > GM__LD(tc->his[0])) GM__ST(tc->his[0], n0 - l0);
-        if (n1 - l1 > GM__LD(tc->his[1])) GM__ST(tc->his[1], n1 - l1);
-        if (n2 - l2 > GM__LD(tc->his[2])) GM__ST(tc->his[2], n2 - l2);
+    if (o != GM__TCN_A) return;
+    for (k = 0; k < 3; k++) {
+        int64_t l = GM__LD(tc->cntl[GM__TCN_A + k]) - GM__LD(tc->cntl[GM__TCN_F + k]);
+        if (fresh || (large && l > GM__LD(tc->hil[k]))) GM__ST(tc->hil[k], l);
+        if (fresh || (!large && n[k] - l > GM__LD(tc->his[k]))) GM__ST(tc->his[k], n[k] - l);
     }
 }
 
 /* The owner counts a fast allocation or free (of a block over GM__TC_MAX:
    large). */
 static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
-    int o = fr ? GM__TCN_F : GM__TCN_A;
-    int64_t c0, c1, c2;
-    if (GM__UNLIKELY(tc->big)) {
-        gm__tc_count_big(ctx, tc, fr, large, bytes, req);
-        return;
-    }
-    c0 = GM__LD(tc->cnt[o]) + 1;
-    c1 = GM__LD(tc->cnt[o + 1]) + bytes;
-    c2 = GM__LD(tc->cnt[o + 2]) + req;
-    GM__ST(tc->cnt[o], c0);
-    GM__ST(tc->cnt[o + 1], c1);
-    GM__ST(tc->cnt[o + 2], c2);
-    if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
-    if (!fr) { /* the high-water marks since the last fold */
-        uint64_t e = GM__LD(ctx->tc_epoch);
-        int64_t n0 = c0 - GM__LD(tc->cnt[GM__TCN_F]), n1 = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]),
-                n2 = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
-        if (GM__LD(tc->seen) != e) {
-            GM__ST(tc->seen, e);
-            GM__ST(tc->hi[0], n0);
-            GM__ST(tc->hi[1], n1);
-            GM__ST(tc->hi[2], n2);
-        } else {
-            if (n0 > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n0);
-            if (n1 > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n1);
-            if (n2 > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n2);
-        }
-    }
+    int64_t n[3];
+    int fresh;
+    if (GM__UNLIKELY(tc->big)) gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
+    else gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req, n, &fresh);
 }
 
 /* A request served from the calling thread's bin, without the lock: 1, or
@@ -5717,8 +5686,8 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
-    if (tc && tc->nbinned) /* a miss: best fit sees this thread's free blocks (and */
-        gm__tc_give_own(ctx, tc); /* expandable: their pages idle when a large one maps) */
+    if (tc && tc->nbinned) /* a miss: best fit sees this thread's free blocks (expandable: */
+        gm__tc_give_own(ctx, tc); /* and their pages idle when a large one maps) */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if ((flags & GM__A_FIT) && b && (b->size != rsize || b->seg->va)) b = NULL;
@@ -5968,15 +5937,15 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
     return GM_OK;
 }
 
-/* The thread's cache serves a small request at once, without the lock
-   (pending frees are retired under it first): 1 when it did. Inlined into
-   gm_alloc and gm_alloc_ex, whose other paths are out of line, so that
-   this one saves few registers. */
 /* Whether a request is the thread caches' (plan: the context's plan). */
 static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size, const void* plan) {
     return ctx->tc_on && out && size - 1 < ctx->tc_max && !plan && !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED);
 }
 
+/* The thread's cache serves a request at once, without the lock (pending
+   frees are retired under it first): 1 when it did. Inlined into gm_alloc
+   and gm_alloc_ex, whose other paths are out of line, so that this one
+   saves few registers. */
 static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
     gm__tcache* tc;
     if (!ctx || ctx->magic != GM__CTX_LIVE || !gm__tc_serves(ctx, out, size, __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)))
