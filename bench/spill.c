@@ -47,7 +47,9 @@
    disk-bound phases: "full" there is 32) with the share of busy time that
    is disk-bound, and the host
    time per step spent inside gm_tensor_acquire (blocked there, the thread
-   cannot queue the next kernel). Then the
+   cannot queue the next kernel), and for learned+disk the MiB of the device
+   and host tiers its plan counts on once tuned (gm_tier_stats.
+   plan_cache_bytes; the measured steps come after the tuning). Then the
    learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables;
    writes CSV.
 
@@ -68,7 +70,9 @@
 #endif
 
 #define MiB ((size_t)1 << 20)
-enum { STEPS = 4, MAXT = 64, MAXU = 128, DEPTH = 32 }; /* steps: one to learn, one to settle, two measured */
+/* steps: one to learn, one to settle, two measured; learned order with the disk tier tunes its plan's
+   room over 12 more (three for each of four rooms: gpumem.h, >>tier: plan room), then one settles */
+enum { STEPS = 4, TUNED_STEPS = 16, MAXT = 64, MAXU = 128, DEPTH = 32 };
 static const double MS_PER_MIB = 5.0 / 32;               /* compute: 5 ms per 32 MiB touched */
 
 typedef struct use { int t, write; } use;
@@ -254,6 +258,7 @@ static double g_disk_w, g_disk_r, g_disk_m;
 typedef struct result {
     int ok;
     double step_ms, moved_mib, rate, disk_mib, depth, full, bound_share, acq_ms;
+    double plan_mib; /* learned order with the disk tier: the fast tiers' MiB its plan counts on */
     char why[64];
 } result;
 
@@ -331,9 +336,10 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
     gm_context* ctx = make_ctx(w, budget, managed, managed); /* unified memory: the device is the budget */
     gm_tensor t[MAXT];
     gm_stream s;
-    double times[STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0, acq0 = 0, bl0 = 0, bld0 = 0;
+    double times[TUNED_STEPS], moved0 = 0, busy0 = 0, moved1, busy1, disk0 = 0, ios0 = 0, depth0 = 0, acq0 = 0, bl0 = 0,
+                               bld0 = 0;
     gm_tier_stats ts;
-    int i, k, n = 0;
+    int i, k, n = 0, steps = policy == GM_EVICT_LEARNED && disk_dir ? TUNED_STEPS : STEPS;
     memset(&r, 0, sizeof r);
     if (!ctx) return r;
     gm_stream_create(ctx, &s);
@@ -345,10 +351,10 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
         }
         n++;
     }
-    for (k = 0; k < STEPS && n == w->n; k++) {
+    for (k = 0; k < steps && n == w->n; k++) {
         double t0;
         int failed = 0;
-        if (k == 2) {
+        if (k == steps - 2) {
             moved0 = link_moved(ctx, &busy0);
             gm_tier_get_stats(ctx, &ts);
             disk0 = (double)(ts.bytes_to_disk + ts.bytes_from_disk);
@@ -379,12 +385,13 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
         gm_device_synchronize(ctx);
         moved1 = link_moved(ctx, &busy1);
         r.ok = 1;
-        r.step_ms = bench_median(times + 2, STEPS - 2);
-        r.moved_mib = (moved1 - moved0) / (STEPS - 2) / (double)MiB;
+        r.step_ms = bench_median(times + steps - 2, 2);
+        r.moved_mib = (moved1 - moved0) / 2 / (double)MiB;
         r.rate = busy1 > busy0 ? (moved1 - moved0) / (busy1 - busy0) / g_link : 0;
         gm_tier_get_stats(ctx, &ts);
-        r.disk_mib = ((double)(ts.bytes_to_disk + ts.bytes_from_disk) - disk0) / (STEPS - 2) / (double)MiB;
-        r.acq_ms = ((double)ts.acquire_ns - acq0) / (STEPS - 2) / 1e6;
+        r.disk_mib = ((double)(ts.bytes_to_disk + ts.bytes_from_disk) - disk0) / 2 / (double)MiB;
+        r.acq_ms = ((double)ts.acquire_ns - acq0) / 2 / 1e6;
+        r.plan_mib = (double)ts.plan_cache_bytes / (double)MiB;
         r.depth = (double)ts.disk_busy_ns > ios0 ? ((double)ts.disk_depth_ns - depth0) / ((double)ts.disk_busy_ns - ios0) : -1;
         r.full = (double)ts.disk_backlog_ns > bl0 ? ((double)ts.disk_backlog_depth_ns - bld0) / ((double)ts.disk_backlog_ns - bl0) : -1;
         r.bound_share = (double)ts.disk_busy_ns > ios0 ? ((double)ts.disk_backlog_ns - bl0) / ((double)ts.disk_busy_ns - ios0) : -1;
@@ -441,32 +448,34 @@ static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     else r = run_tier(w, budget, GM_EVICT_LRU, 0, 1);
     bound = bound_ms(w, budget, m >= 5);
     if (r.ok)
-        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s\n", names[m], ratio, "completes",
+        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s %5s\n", names[m], ratio, "completes",
                r.step_ms, r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
                bench_cell(c2, sizeof c2, "%.2f", bound > 0 ? r.step_ms / bound : -1), r.moved_mib, 100 * r.rate,
                r.disk_mib, bench_cell(c3, sizeof c3, "%.1f", m >= 5 ? r.depth : -1),
                bench_cell(c5, sizeof c5, "%.1f", m >= 5 ? r.full : -1),
                bench_cell(c6, sizeof c6, "%.0f%%", m >= 5 && r.bound_share >= 0 ? 100 * r.bound_share : -1),
-               bench_cell(c4, sizeof c4, "%.1f", m >= 2 ? r.acq_ms : -1));
+               bench_cell(c4, sizeof c4, "%.1f", m >= 2 ? r.acq_ms : -1),
+               bench_cell(f1, sizeof f1, "%.0f", m == 6 && r.plan_mib > 0 ? r.plan_mib : -1));
     else
-        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s\n", names[m], ratio,
+        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s\n", names[m], ratio,
                r.why[0] ? r.why : "failed", "-", "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-", "-",
-               "-", "-");
+               "-", "-", "-");
     if (csv)
-        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s\n", w->name, g_link / 1e9, names[m], ratio,
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s\n", w->name, g_link / 1e9, names[m], ratio,
                 r.ok, r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
                 bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
                 r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1),
                 bench_field(c5, sizeof c5, "%.2f", r.ok && m >= 5 ? r.full : -1),
                 bench_field(c6, sizeof c6, "%.3f", r.ok && m >= 5 ? r.bound_share : -1),
-                bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1));
+                bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1),
+                bench_field(c1, sizeof c1, "%.0f", r.ok && m == 6 && r.plan_mib > 0 ? r.plan_mib : -1));
 }
 
 static void header(const workload* w) {
     printf("\n%s: %d tensors, working set %zu MiB, %d uses, in-memory step %.0f ms of compute; link %.1f GB/s each way\n",
            w->name, w->n, ws_of(w) / MiB, w->nseq, compute_ms(w), g_link / 1e9);
-    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s\n", "mode", "ratio", "result", "step ms", "x memory",
-           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "full", "bound", "acq ms");
+    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s\n", "mode", "ratio", "result", "step ms", "x memory",
+           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "full", "bound", "acq ms", "plan");
 }
 
 int main(int argc, char** argv) {
@@ -503,7 +512,7 @@ int main(int argc, char** argv) {
     if (csv)
         fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
                      "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,queue_depth_disk_bound,disk_bound_share,"
-                     "acquire_ms_per_step\n");
+                     "acquire_ms_per_step,plan_cache_mib\n");
     g_link = 8.0 * (1 << 30);
     for (k = 0; k < 2; k++) {
         header(&wls[k]);

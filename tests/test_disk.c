@@ -668,6 +668,66 @@ static void test_full_swap(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* One use of tensor i: its bytes checked, then written anew. */
+static void use_rw(gm_context* ctx, gm_tensor t, size_t n, unsigned* seed) {
+    void* p;
+    if (!T_OK(gm_tensor_acquire(ctx, t, NULL, &p))) return;
+    if (*seed) T_OK(run(ctx, NULL, p, n, *seed, 0));
+    T_OK(run(ctx, NULL, p, n, ++*seed, 1));
+    T_OK(gm_tensor_release(ctx, t, NULL, 1));
+}
+
+/* Learned order tunes its plan's room (gpumem.h, >>tier: plan room): the
+   plan counts on the device and host budgets, then on them less one, two
+   and three of its largest tensors, three steps each, then keeps one of
+   those for good; a step of other acquires starts again from the whole
+   budgets, and so does a phase that moves nothing through the disk.
+   Tensors of three sizes, forward then backward, each use checked. */
+static void test_plan_room(size_t dev, size_t host, int moves) {
+    enum { N = 14, STEPS = 20 };
+    gm_context* ctx = disk_ctx(dev, host, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[N];
+    size_t n[N], full = dev + host, big = 2 * MiB, kept = 0;
+    unsigned seed[N];
+    gm_tier_stats ts;
+    int i, q, step;
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < N; i++) {
+        n[i] = (size_t)(2 + i % 3) * MiB / 2; /* 1, 1.5 and 2 MiB: 20.5 MiB in all */
+        seed[i] = 0;
+        T_OK(gm_tensor_create(ctx, &t[i], n[i]));
+    }
+    for (step = 0; step < STEPS + 2; step++) {
+        size_t want;
+        int other = step == STEPS; /* half the step: another plan */
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        if (step == 0) want = 0; /* no plan yet */
+        else if (!moves || step < 4 || step > STEPS) want = full;
+        else if (step < 13) want = full - (size_t)((step - 1) / 3) * big; /* rooms 0, 1, 2, 3 in turn */
+        else want = kept ? kept : (size_t)ts.plan_cache_bytes; /* one of them, kept */
+        if (step == 13) {
+            kept = (size_t)ts.plan_cache_bytes;
+            T_CHECK(kept == full || kept == full - big || kept == full - 2 * big || kept == full - 3 * big);
+        }
+        if (!T_EQ(ts.plan_cache_bytes, (long long)want)) printf("  (plan room, step %d)\n", step);
+        for (q = 0; q < (other ? N / 2 : 2 * N); q++) {
+            i = q < N ? q : 2 * N - 1 - q;
+            use_rw(ctx, t[i], n[i], &seed[i]);
+        }
+        T_OK(gm_tier_step(ctx));
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(moves ? ts.bytes_from_disk > 0 : ts.bytes_from_disk == 0);
+    T_EQ(ts.disk_errors, 0);
+    for (i = 0; i < N; i++) {
+        verify(ctx, t[i], n[i], seed[i], NULL);
+        T_OK(gm_tensor_destroy(ctx, t[i]));
+    }
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -687,6 +747,8 @@ int main(int argc, char** argv) {
     test_full_swap();
     test_host_budget();
     test_walk_mostly_disk();
+    test_plan_room(8 * MiB, 4 * MiB, 1);
+    test_plan_room(32 * MiB, 8 * MiB, 0);
     test_full_walk(WALK_STEPS / 2);
     test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
     test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
