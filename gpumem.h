@@ -656,6 +656,10 @@ typedef struct gm_tier_stats {
     int64_t plan_cache_bytes; /* learned order with the disk tier: the bytes of the device and host
                                  tiers the active plan counts on (their budgets, less the room
                                  tuning over steps found to move the fewest bytes through the disk) */
+    int64_t compactions;      /* tensors moved within the device (a copy there) so that the free room
+                                 in pieces between them made one place for a tensor, instead of
+                                 tensors leaving the device */
+    int64_t bytes_compacted;  /* their bytes */
 } gm_tier_stats;
 
 /* What an acquire will do with the bytes. */
@@ -9749,6 +9753,181 @@ out:
     return r;
 }
 
+/* >>tier: compaction. With classic segments, the device's free room for a
+   large tensor may be there but in pieces: holes between tensors of mixed
+   sizes that no tensor of that size fits in, while the budget allows no
+   new segment. Then released tensors move instead of leaving: a copy
+   within the device (on `in`) into holes elsewhere, until one place of the
+   tensor's size is free. A copy within the device costs a fraction of a
+   trip over the link and back (device memory against the link's
+   bandwidth), and the tensors moved stay on the device. The place is the
+   range of one segment of `in` whose tensors are all movable (released,
+   not pinned, no disk job) and fit, largest first, in the best-fitting
+   free blocks outside it, moving the fewest bytes. Only the large pool
+   (requests over GM__SMALL_MAX) and a bounded search (GM__COMPACT_VISITS
+   blocks weighed), so that a miss among many small tensors stays as cheap
+   as it was. Invariants (tm->mu): a moved tensor's bytes are whole in its
+   new block before any acquire reads them (ready_seq, which every acquire
+   waits for, follows the copy); the copy runs after the marks a free of
+   the old block waits for (the last release's, the last copy out), and
+   the old block is freed on `in` after it, in stream order; a copy that
+   fails leaves the tensor where it was. */
+#define GM__COMPACT_HOLES 256    /* free blocks weighed as destinations */
+#define GM__COMPACT_MOVERS 32    /* tensors one place may move */
+#define GM__COMPACT_VISITS 65536 /* blocks weighed per search */
+
+typedef struct gm__hole {
+    gm__seg* seg;
+    uintptr_t at;
+    size_t size;
+} gm__hole;
+
+/* The tensor (index + 1) whose device copy block b is, if it may move; 0
+   when it may not. */
+static uint32_t gm__movable(const gm__tier* tm, const gm__block* b) {
+    uint32_t i = (b->tag & 0xfffffu) - 1;
+    const gm__tensor* t;
+    if (b->state != GM__USED || b->owner != GM__OWN_TENSOR || i >= tm->n) return 0;
+    t = &tm->t[i];
+    if (!t->live || t->dev != (void*)b->addr || t->acquired || t->pinned || t->job) return 0;
+    return i + 1;
+}
+
+/* Assigns each mover (tensor indices, largest first) a place in the holes
+   (consumed from their starts) with best fit: 1 when all found one. */
+static int gm__compact_fit(const gm__tier* tm, const uint32_t* mv, uint32_t nmv, gm__hole* h, uint32_t nh,
+                           gm__hole* to) {
+    uint32_t k, j;
+    for (k = 0; k < nmv; k++) {
+        size_t need = gm__round_req(tm->t[mv[k]].bytes);
+        int best = -1;
+        for (j = 0; j < nh; j++)
+            if (h[j].size >= need && (best < 0 || h[j].size < h[best].size)) best = (int)j;
+        if (best < 0) return 0;
+        to[k] = h[best];
+        to[k].size = need;
+        h[best].at += need;
+        h[best].size -= need;
+    }
+    return 1;
+}
+
+/* Orders movers by size, largest first (insertion: there are few). */
+static void gm__compact_sort(const gm__tier* tm, uint32_t* mv, uint32_t n) {
+    uint32_t k, j;
+    for (k = 1; k < n; k++) {
+        uint32_t v = mv[k];
+        for (j = k; j && tm->t[mv[j - 1]].bytes < tm->t[v].bytes; j--) mv[j] = mv[j - 1];
+        mv[j] = v;
+    }
+}
+
+/* Moves released tensors within the device until a place of x's size is
+   free (tm->mu held, ctx->mu not): 1 when it moved any. */
+static int gm__compact(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    size_t rsize = gm__round_req(x->bytes), free_total = 0, best_cost = (size_t)-1, visits = 0;
+    int pl = gm__pool_of(rsize), moved = 0;
+    uint32_t si, nh = 0, nmv, best_n = 0, k;
+    gm__hole* holes = NULL;
+    gm__hole *scratch = NULL, *to = NULL, *best_to = NULL;
+    uint32_t *mv = NULL, *best_mv = NULL;
+    gm__seg* s;
+    const gm__block* b;
+    if (ctx->va_gran || pl == 0) return 0;
+    holes = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_HOLES * sizeof *holes);
+    scratch = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_HOLES * sizeof *scratch);
+    to = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *to);
+    best_to = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *best_to);
+    mv = (uint32_t*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *mv);
+    best_mv = (uint32_t*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *best_mv);
+    if (!holes || !scratch || !to || !best_to || !mv || !best_mv) goto out;
+    pthread_mutex_lock(&ctx->mu);
+    if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto unlock;
+    for (s = ctx->pool[pl].segs; s; s = s->next) /* the holes: free blocks of `in`'s segments */
+        if (s->key == (uintptr_t)si + 1 && !s->va)
+            for (b = s->first; b; b = b->next)
+                if (b->state == GM__FREE) {
+                    free_total += b->size;
+                    if (nh < GM__COMPACT_HOLES) {
+                        holes[nh].seg = s;
+                        holes[nh].at = b->addr;
+                        holes[nh++].size = b->size;
+                    }
+                }
+    if (free_total < rsize) goto unlock; /* moving makes no room that is not there */
+    for (s = ctx->pool[pl].segs; s && visits < GM__COMPACT_VISITS; s = s->next) {
+        if (s->key != (uintptr_t)si + 1 || s->va || s->size < rsize) continue;
+        for (b = s->first; b && visits < GM__COMPACT_VISITS; b = b->next) {
+            uintptr_t end = b->addr + rsize;
+            const gm__block* c;
+            size_t cost = 0;
+            uint32_t j, nfree = 0;
+            if (end > s->base + s->size) break;
+            if (b->state != GM__FREE && !gm__movable(tm, b)) continue;
+            nmv = 0;
+            for (c = b; c && c->addr < end; c = c->next, visits++) {
+                uint32_t t;
+                if (c->state == GM__FREE) continue;
+                if ((t = gm__movable(tm, c)) == 0 || nmv == GM__COMPACT_MOVERS) break;
+                mv[nmv++] = t - 1;
+                cost += c->size;
+            }
+            if (c && c->addr < end) continue; /* something that stays lies inside */
+            if (!nmv || cost >= best_cost) continue; /* free already (placement had it), or no better */
+            for (j = 0; j < nh; j++) /* the holes outside the place */
+                if (holes[j].seg != s || holes[j].at + holes[j].size <= b->addr || holes[j].at >= end)
+                    scratch[nfree++] = holes[j];
+            gm__compact_sort(tm, mv, nmv);
+            if (!gm__compact_fit(tm, mv, nmv, scratch, nfree, to)) continue;
+            best_cost = cost;
+            best_n = nmv;
+            memcpy(best_mv, mv, nmv * sizeof *mv);
+            memcpy(best_to, to, nmv * sizeof *to);
+        }
+    }
+unlock:
+    pthread_mutex_unlock(&ctx->mu);
+    for (k = 0; k < best_n; k++) { /* each mover: its new block, the copy, the old block freed */
+        gm__tensor* y = &tm->t[best_mv[k]];
+        void *old = y->dev, *np = NULL;
+        gm__block* fb;
+        gm_result r = GM_ERR_OUT_OF_MEMORY;
+        pthread_mutex_lock(&ctx->mu);
+        for (fb = best_to[k].seg->first; fb && fb->addr + fb->size <= best_to[k].at; fb = fb->next) {}
+        if (fb && fb->state == GM__FREE && fb->addr <= best_to[k].at && fb->addr + fb->size >= best_to[k].at + best_to[k].size &&
+            (fb = gm__take_at(ctx, fb, best_to[k].at, best_to[k].size, 0)) != NULL)
+            r = gm__alloc_take(ctx, fb, best_to[k].size, y->bytes, GM__IN(tm), GM__OWN_TENSOR, gm__handle_id(tm, y), &np);
+        gm__unlock(ctx);
+        if (r != GM_OK) break;
+        gm__tk_order(ctx, tm, y->done_tk, y->done_seq, GM__IN(tm)); /* as a free of it waits */
+        gm__tk_order(ctx, tm, GM__TK_OUT, y->out_seq, GM__IN(tm));
+        r = y->blank ? GM_OK : ctx->be->copy(ctx, np, old, y->bytes, GM_COPY_DEVICE_TO_DEVICE, GM__IN(tm));
+        if (r != GM_OK) {
+            gm__log(ctx, GM_LOG_WARN, "tier: moving tensor %#x within the device failed (%s); it stays where it was",
+                    gm__handle_id(tm, y), gm_result_string(r));
+            (void)gm__free(ctx, np, GM__OWN_TENSOR);
+            break;
+        }
+        y->dev = np;
+        y->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
+        (void)gm__free(ctx, old, GM__OWN_TENSOR); /* on `in`, after the copy */
+        tm->st.compactions++;
+        tm->st.bytes_compacted += (int64_t)y->bytes;
+        moved = 1;
+    }
+    if (moved)
+        gm__log(ctx, GM_LOG_DEBUG, "tier: %u tensors (%zu bytes) moved within the device to make a place of %zu bytes", k,
+                best_cost, rsize);
+out:
+    GPUMEM_FREE(holes);
+    GPUMEM_FREE(scratch);
+    GPUMEM_FREE(to);
+    GPUMEM_FREE(best_to);
+    GPUMEM_FREE(mv);
+    GPUMEM_FREE(best_mv);
+    return moved;
+}
+
 static gm__tier* gm__tier_of(gm_context* ctx) {
     gm__tier* tm;
     pthread_mutex_lock(&ctx->mu);
@@ -9859,7 +10038,7 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
 static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative) {
     uint32_t id = gm__handle_id(tm, x);
     gm_result r;
-    int more;
+    int more, compacted = 0;
     size_t got;
     unsigned grow = tm->exact ? GM__A_EXACT : GM__A_PACK; /* new segments sized for the budget */
     tm->try_evicted = 0; /* for the out-of-memory line */
@@ -9875,6 +10054,8 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         if (more) continue;
         /* free segments too small one by one may together make one (classic segments) */
         if (gm__regrow_room(ctx, x->bytes, !speculative)) continue;
+        /* the room is there in pieces: tensors move within the device (a few times at most) */
+        if (compacted < 4 && ++compacted && gm__compact(ctx, tm, x)) continue;
         if (!(got = gm__evict_some(ctx, tm))) break;
         tm->try_evicted += got;
     }
