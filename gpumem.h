@@ -9670,6 +9670,16 @@ static int gm__place_indexed(const gm_context* ctx, const gm__tier* tm, int pl, 
     return 1;
 }
 
+/* Whether seg is one of the device pools' segments still (with mu). */
+static int gm__seg_listed(const gm_context* ctx, const gm__seg* seg) {
+    const gm__seg* s;
+    int q;
+    for (q = 0; q < 2; q++)
+        for (s = ctx->pool[q].segs; s; s = s->next)
+            if (s == seg) return 1;
+    return 0;
+}
+
 /* Places x: a free place, else (with `evict`) the best place whose
    tensors leave first. GM_OK with x->dev set; GM_ERR_OUT_OF_MEMORY when
    there is no place; *progress: tensors left (ask again). */
@@ -9740,7 +9750,9 @@ weighed:
         if (!go || k < n) return r;
         pthread_mutex_lock(&ctx->mu);
     }
-    if (found) { /* take it: the free block that holds it, cut there (it may be gone: another round) */
+    /* take it: the free block that holds it, cut there (it may be gone: another round; so may
+       its segment, given back by another thread's request while the lock was let go) */
+    if (found && (!best.evicts || gm__seg_listed(ctx, best.seg))) {
         gm__block* b;
         for (b = best.seg->first; b && b->addr + b->size <= best.at; b = b->next) {}
         if (b && b->state == GM__FREE && b->addr <= best.at && b->addr + b->size >= best.at + rsize &&
@@ -9794,15 +9806,17 @@ static uint32_t gm__movable(const gm__tier* tm, const gm__block* b) {
 }
 
 /* Assigns each mover (tensor indices, largest first) a place in the holes
-   (consumed from their starts) with best fit: 1 when all found one. */
-static int gm__compact_fit(const gm__tier* tm, const uint32_t* mv, uint32_t nmv, gm__hole* h, uint32_t nh,
-                           gm__hole* to) {
+   (consumed from their starts) with best fit, as the allocator's split
+   rule allows: 1 when all found one. */
+static int gm__compact_fit(const gm_context* ctx, const gm__tier* tm, int pl, const uint32_t* mv, uint32_t nmv,
+                           gm__hole* h, uint32_t nh, gm__hole* to) {
     uint32_t k, j;
     for (k = 0; k < nmv; k++) {
         size_t need = gm__round_req(tm->t[mv[k]].bytes);
         int best = -1;
         for (j = 0; j < nh; j++)
-            if (h[j].size >= need && (best < 0 || h[j].size < h[best].size)) best = (int)j;
+            if (h[j].size >= need && gm__fits(ctx, pl, need, h[j].size) && (best < 0 || h[j].size < h[best].size))
+                best = (int)j;
         if (best < 0) return 0;
         to[k] = h[best];
         to[k].size = need;
@@ -9878,34 +9892,41 @@ static int gm__compact(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
                 if (holes[j].seg != s || holes[j].at + holes[j].size <= b->addr || holes[j].at >= end)
                     scratch[nfree++] = holes[j];
             gm__compact_sort(tm, mv, nmv);
-            if (!gm__compact_fit(tm, mv, nmv, scratch, nfree, to)) continue;
+            if (!gm__compact_fit(ctx, tm, pl, mv, nmv, scratch, nfree, to)) continue;
             best_cost = cost;
             best_n = nmv;
             memcpy(best_mv, mv, nmv * sizeof *mv);
             memcpy(best_to, to, nmv * sizeof *to);
         }
     }
+    /* the new blocks, taken while the search's view holds (no segment it
+       names can be given back meanwhile); best_to[k].at becomes each one's address */
+    for (nmv = 0; nmv < best_n; nmv++) {
+        gm__block* fb;
+        void* np = NULL;
+        gm__hole* d = &best_to[nmv];
+        for (fb = d->seg->first; fb && fb->addr + fb->size <= d->at; fb = fb->next) {}
+        if (!fb || fb->state != GM__FREE || fb->addr > d->at || fb->addr + fb->size < d->at + d->size ||
+            (fb = gm__take_at(ctx, fb, d->at, d->size, 0)) == NULL ||
+            gm__alloc_take(ctx, fb, d->size, tm->t[best_mv[nmv]].bytes, GM__IN(tm), GM__OWN_TENSOR,
+                           gm__handle_id(tm, &tm->t[best_mv[nmv]]), &np) != GM_OK)
+            break;
+        d->at = (uintptr_t)np;
+    }
+    best_n = nmv;
 unlock:
     pthread_mutex_unlock(&ctx->mu);
-    for (k = 0; k < best_n; k++) { /* each mover: its new block, the copy, the old block freed */
+    for (k = 0; k < best_n; k++) { /* each mover: the copy, then its old block freed behind it */
         gm__tensor* y = &tm->t[best_mv[k]];
-        void *old = y->dev, *np = NULL;
-        gm__block* fb;
-        gm_result r = GM_ERR_OUT_OF_MEMORY;
-        pthread_mutex_lock(&ctx->mu);
-        for (fb = best_to[k].seg->first; fb && fb->addr + fb->size <= best_to[k].at; fb = fb->next) {}
-        if (fb && fb->state == GM__FREE && fb->addr <= best_to[k].at && fb->addr + fb->size >= best_to[k].at + best_to[k].size &&
-            (fb = gm__take_at(ctx, fb, best_to[k].at, best_to[k].size, 0)) != NULL)
-            r = gm__alloc_take(ctx, fb, best_to[k].size, y->bytes, GM__IN(tm), GM__OWN_TENSOR, gm__handle_id(tm, y), &np);
-        gm__unlock(ctx);
-        if (r != GM_OK) break;
+        void *old = y->dev, *np = (void*)best_to[k].at;
+        gm_result r;
         gm__tk_order(ctx, tm, y->done_tk, y->done_seq, GM__IN(tm)); /* as a free of it waits */
         gm__tk_order(ctx, tm, GM__TK_OUT, y->out_seq, GM__IN(tm));
         r = y->blank ? GM_OK : ctx->be->copy(ctx, np, old, y->bytes, GM_COPY_DEVICE_TO_DEVICE, GM__IN(tm));
         if (r != GM_OK) {
             gm__log(ctx, GM_LOG_WARN, "tier: moving tensor %#x within the device failed (%s); it stays where it was",
                     gm__handle_id(tm, y), gm_result_string(r));
-            (void)gm__free(ctx, np, GM__OWN_TENSOR);
+            for (; k < best_n; k++) (void)gm__free(ctx, (void*)best_to[k].at, GM__OWN_TENSOR);
             break;
         }
         y->dev = np;
@@ -9913,11 +9934,10 @@ unlock:
         (void)gm__free(ctx, old, GM__OWN_TENSOR); /* on `in`, after the copy */
         tm->st.compactions++;
         tm->st.bytes_compacted += (int64_t)y->bytes;
-        moved = 1;
+        moved++;
     }
     if (moved)
-        gm__log(ctx, GM_LOG_DEBUG, "tier: %u tensors (%zu bytes) moved within the device to make a place of %zu bytes", k,
-                best_cost, rsize);
+        gm__log(ctx, GM_LOG_DEBUG, "tier: %d tensors moved within the device to make a place of %zu bytes", moved, rsize);
 out:
     GPUMEM_FREE(holes);
     GPUMEM_FREE(scratch);

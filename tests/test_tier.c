@@ -1291,27 +1291,50 @@ static void test_threads(void) {
     T_OK(gm_shutdown(ctx));
 }
 
-/* Compaction (gpumem.h, >>tier: compaction): the device holds six 2 MiB
-   tensors in one segment of 12 MiB, the whole budget; two of them, not
-   side by side, are destroyed; a 4 MiB tensor then finds 4 MiB free in two holes, and a
-   tensor beside a hole moves into the other instead of any leaving the
-   device. Every tensor's bytes are checked; with one acquired or pinned in
-   the way, the ones that may not move stay put. */
-static void test_compaction(void) {
-    enum { N = 6 };
+/* Six 2 MiB tensors in one segment of 12 MiB, the whole budget, written
+   with seeds from `seed`; the second and fourth destroyed (two holes, not
+   side by side). */
+#define CN 6
+static gm_context* compaction_layout(gm_tensor* t, unsigned seed) {
     gm_context* ctx = tier_ctx(12 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
-    gm_tensor t[N], big;
-    gm_tier_stats ts;
+    gm_tensor seg;
     int i;
-    T_OK(gm_tensor_create(ctx, &big, 12 * MiB)); /* one segment of the whole budget, kept when freed */
-    T_OK(gm_tensor_destroy(ctx, big));
-    for (i = 0; i < N; i++) {
+    T_OK(gm_tensor_create(ctx, &seg, 12 * MiB)); /* the segment, kept when freed */
+    T_OK(gm_tensor_destroy(ctx, seg));
+    for (i = 0; i < CN; i++) {
         T_OK(gm_tensor_create(ctx, &t[i], 2 * MiB));
-        fill(ctx, t[i], 2 * MiB, (unsigned)i + 300, NULL);
+        fill(ctx, t[i], 2 * MiB, seed + (unsigned)i, NULL);
         T_EQ(where(ctx, t[i]), GM_TIER_DEVICE);
     }
     T_OK(gm_tensor_destroy(ctx, t[1]));
     T_OK(gm_tensor_destroy(ctx, t[3]));
+    return ctx;
+}
+
+/* The layout's four tensors read back and destroyed, then the context. */
+static void compaction_done(gm_context* ctx, gm_tensor* t, unsigned seed) {
+    int i;
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < CN; i++)
+        if (i != 1 && i != 3) {
+            verify(ctx, t[i], 2 * MiB, seed + (unsigned)i, NULL);
+            T_OK(gm_tensor_destroy(ctx, t[i]));
+        }
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Compaction (gpumem.h, >>tier: compaction): with two 2 MiB holes in the
+   device's one segment, a 4 MiB tensor finds its 4 MiB free in pieces,
+   and a tensor beside a hole moves into the other instead of any leaving
+   the device (before, one was evicted). With the tensors beside the holes
+   pinned or acquired, none moves. Every tensor's bytes are checked. */
+static void test_compaction(void) {
+    gm_tensor t[CN], big;
+    gm_tier_stats ts;
+    gm_context* ctx = compaction_layout(t, 300);
+    void* p;
+    int i;
     T_OK(gm_tensor_create(ctx, &big, 4 * MiB));
     fill(ctx, big, 4 * MiB, 399, NULL);
     T_EQ(where(ctx, big), GM_TIER_DEVICE);
@@ -1320,56 +1343,26 @@ static void test_compaction(void) {
     T_EQ(ts.compactions, 1);
     T_EQ(ts.bytes_compacted, 2 * MiB);
     T_EQ(gm_check(ctx), 0);
-    for (i = 0; i < N; i++)
-        if (i != 1 && i != 3) {
-            T_EQ(where(ctx, t[i]), GM_TIER_DEVICE);
-            verify(ctx, t[i], 2 * MiB, (unsigned)i + 300, NULL);
-        }
+    for (i = 0; i < CN; i++)
+        if (i != 1 && i != 3) T_EQ(where(ctx, t[i]), GM_TIER_DEVICE);
     verify(ctx, big, 4 * MiB, 399, NULL);
-    T_OK(gm_tier_get_stats(ctx, &ts));
-    T_EQ(ts.evictions, 0);
-    T_EQ(gm_check(ctx), 0);
-    for (i = 0; i < N; i++)
-        if (i != 1 && i != 3) {
-            verify(ctx, t[i], 2 * MiB, (unsigned)i + 300, NULL);
-            T_OK(gm_tensor_destroy(ctx, t[i]));
-        }
-    T_EQ(errors_now(ctx), 0);
-    T_OK(gm_shutdown(ctx));
-    /* again, with the tensors beside the holes pinned or acquired: none may
-       move, so the big one's room is not made that way */
-    ctx = tier_ctx(12 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
-    T_OK(gm_tensor_create(ctx, &big, 12 * MiB));
     T_OK(gm_tensor_destroy(ctx, big));
-    for (i = 0; i < N; i++) {
-        T_OK(gm_tensor_create(ctx, &t[i], 2 * MiB));
-        fill(ctx, t[i], 2 * MiB, (unsigned)i + 500, NULL);
-    }
-    T_OK(gm_tensor_destroy(ctx, t[1]));
-    T_OK(gm_tensor_destroy(ctx, t[3]));
+    compaction_done(ctx, t, 300);
+
+    ctx = compaction_layout(t, 500);
     T_OK(gm_tensor_set_priority(ctx, t[0], 0, 1));
     T_OK(gm_tensor_set_priority(ctx, t[2], 0, 1));
-    {
-        void* p;
-        T_OK(gm_tensor_acquire(ctx, t[4], NULL, &p));
-        T_OK(gm_tensor_create(ctx, &big, 4 * MiB));
-        T_OK(gm_tier_get_stats(ctx, &ts));
-        T_EQ(ts.compactions, 0);
-        T_EQ(where(ctx, big), GM_TIER_HOST);
-        T_EQ(where(ctx, t[0]), GM_TIER_DEVICE);
-        T_EQ(where(ctx, t[2]), GM_TIER_DEVICE);
-        T_EQ(where(ctx, t[4]), GM_TIER_DEVICE);
-        T_OK(gm_tensor_release(ctx, t[4], NULL, 0));
-        T_OK(gm_tensor_destroy(ctx, big));
-    }
-    T_EQ(gm_check(ctx), 0);
-    for (i = 0; i < N; i++)
-        if (i != 1 && i != 3) {
-            verify(ctx, t[i], 2 * MiB, (unsigned)i + 500, NULL);
-            T_OK(gm_tensor_destroy(ctx, t[i]));
-        }
-    T_EQ(errors_now(ctx), 0);
-    T_OK(gm_shutdown(ctx));
+    T_OK(gm_tensor_acquire(ctx, t[4], NULL, &p));
+    T_OK(gm_tensor_create(ctx, &big, 4 * MiB)); /* no place on the device: the host tier */
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.compactions, 0);
+    T_EQ(where(ctx, big), GM_TIER_HOST);
+    T_EQ(where(ctx, t[0]), GM_TIER_DEVICE);
+    T_EQ(where(ctx, t[2]), GM_TIER_DEVICE);
+    T_EQ(where(ctx, t[4]), GM_TIER_DEVICE);
+    T_OK(gm_tensor_release(ctx, t[4], NULL, 0));
+    T_OK(gm_tensor_destroy(ctx, big));
+    compaction_done(ctx, t, 500);
 }
 
 int main(int argc, char** argv) {
