@@ -1192,9 +1192,13 @@ static void* mt_worker(void* a) {
         return NULL;
     }
     for (k = 0; k < MT_TENSORS; k++) {
+        gm_tensor h;
         size[k] = 64 * KiB + (size_t)(t_rand_r(&r) % (960 * KiB));
         seed[k] = 0;
-        if (gm_tensor_create(ctx, &t[k], size[k]) != GM_OK) mt_bad(ma->id, "create");
+        if (gm_tensor_create(ctx, &h, size[k]) != GM_OK) mt_bad(ma->id, "create");
+        pthread_mutex_lock(&mt_mu); /* published to the checker, which reads the array as it is made */
+        t[k] = h;
+        pthread_mutex_unlock(&mt_mu);
     }
     for (i = 0; i < MT_STEPS; i++) {
         unsigned long long x = t_rand_r(&r);
@@ -1245,8 +1249,11 @@ static void* mt_checker(void* a) {
     unsigned long long r = 7;
     while (!stop) {
         gm_tier w;
-        gm_tensor x = ma->all[t_rand_r(&r) % (MT_THREADS * MT_TENSORS)];
+        gm_tensor x;
         gm_result e;
+        pthread_mutex_lock(&mt_mu);
+        x = ma->all[t_rand_r(&r) % (MT_THREADS * MT_TENSORS)];
+        pthread_mutex_unlock(&mt_mu);
         if (gm_check(ma->ctx) != 0) mt_bad(-1, "gm_check");
         e = gm_tensor_where(ma->ctx, x, &w); /* a tensor not made yet is a stale handle */
         if (e != GM_OK && e != GM_ERR_STALE_HANDLE) mt_bad(-1, "where");
