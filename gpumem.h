@@ -8354,7 +8354,6 @@ typedef struct gm__tier {
     uint32_t miss, regain;  /* departures in a row; matches in a row while lost */
     int closed;             /* the phase of the last step that ended, or -1 */
     int64_t tune_t0;        /* disk bytes moved when the active phase began */
-    size_t plan_cap;        /* the fast tiers' bytes the active plan counts on (0: no plan for disk) */
     uint64_t evict_after;   /* while prefetching: only victims used later */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
@@ -9538,24 +9537,29 @@ static int gm__place_rank(gm__tier* tm, uint32_t* nev) {
 }
 
 /* The tensor whose device copy block b is, if it may leave. */
-static gm__tensor* gm__place_victim(const gm__tier* tm, const gm__block* b) {
+/* The live tensor whose device copy block b is (its tag names it), or
+   NULL (free, another owner's, or stale). */
+static gm__tensor* gm__block_tensor(const gm__tier* tm, const gm__block* b) {
     uint32_t i = (b->tag & 0xfffffu) - 1;
     if (b->state != GM__USED || b->owner != GM__OWN_TENSOR || i >= tm->n || !tm->t[i].live ||
-        tm->t[i].dev != (void*)b->addr || tm->rank[i] == GM__RK_FIX)
+        tm->t[i].dev != (void*)b->addr)
         return NULL;
     return &tm->t[i];
+}
+
+static gm__tensor* gm__place_victim(const gm__tier* tm, const gm__block* b) {
+    gm__tensor* t = gm__block_tensor(tm, b);
+    return t && tm->rank[t - tm->t] != GM__RK_FIX ? t : NULL;
 }
 
 /* Memory that stays, or soon will be used: packing gathers around it (a
    block not a tensor's device copy, or an acquired, pinned or prefetched
    tensor's). Needs no ranks: a free place is found without them. */
 static int gm__place_anchor(const gm__tier* tm, const gm__block* b) {
-    uint32_t i = (b->tag & 0xfffffu) - 1;
     const gm__tensor* t;
     if (b->state == GM__FREE) return 0;
-    if (b->owner != GM__OWN_TENSOR || i >= tm->n || !tm->t[i].live || tm->t[i].dev != (void*)b->addr) return 1;
-    t = &tm->t[i];
-    return t->acquired || t->pinned || t->prefetched;
+    t = gm__block_tensor(tm, b);
+    return !t || t->acquired || t->pinned || t->prefetched;
 }
 
 typedef struct gm__spot {
@@ -9794,15 +9798,18 @@ typedef struct gm__hole {
     size_t size;
 } gm__hole;
 
+/* A search's scratch: the holes, those outside the place weighed, the
+   movers and their places (the place weighed, and the best so far). */
+typedef struct gm__compact_ws {
+    gm__hole holes[GM__COMPACT_HOLES], outside[GM__COMPACT_HOLES], to[GM__COMPACT_MOVERS], best_to[GM__COMPACT_MOVERS];
+    uint32_t mv[GM__COMPACT_MOVERS], best_mv[GM__COMPACT_MOVERS];
+} gm__compact_ws;
+
 /* The tensor (index + 1) whose device copy block b is, if it may move; 0
    when it may not. */
 static uint32_t gm__movable(const gm__tier* tm, const gm__block* b) {
-    uint32_t i = (b->tag & 0xfffffu) - 1;
-    const gm__tensor* t;
-    if (b->state != GM__USED || b->owner != GM__OWN_TENSOR || i >= tm->n) return 0;
-    t = &tm->t[i];
-    if (!t->live || t->dev != (void*)b->addr || t->acquired || t->pinned || t->job) return 0;
-    return i + 1;
+    const gm__tensor* t = gm__block_tensor(tm, b);
+    return t && !t->acquired && !t->pinned && !t->job ? (uint32_t)(t - tm->t) + 1 : 0;
 }
 
 /* Assigns each mover (tensor indices, largest first) a place in the holes
@@ -9842,19 +9849,14 @@ static int gm__compact(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     size_t rsize = gm__round_req(x->bytes), free_total = 0, best_cost = (size_t)-1, visits = 0;
     int pl = gm__pool_of(rsize), moved = 0;
     uint32_t si, nh = 0, nmv, best_n = 0, k;
-    gm__hole* holes = NULL;
-    gm__hole *scratch = NULL, *to = NULL, *best_to = NULL;
-    uint32_t *mv = NULL, *best_mv = NULL;
+    gm__compact_ws* ws;
+    gm__hole *holes, *best_to;
+    uint32_t *mv, *best_mv;
     gm__seg* s;
     const gm__block* b;
     if (ctx->va_gran || pl == 0) return 0;
-    holes = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_HOLES * sizeof *holes);
-    scratch = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_HOLES * sizeof *scratch);
-    to = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *to);
-    best_to = (gm__hole*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *best_to);
-    mv = (uint32_t*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *mv);
-    best_mv = (uint32_t*)GPUMEM_MALLOC(GM__COMPACT_MOVERS * sizeof *best_mv);
-    if (!holes || !scratch || !to || !best_to || !mv || !best_mv) goto out;
+    if ((ws = (gm__compact_ws*)GPUMEM_MALLOC(sizeof *ws)) == NULL) return 0;
+    holes = ws->holes, best_to = ws->best_to, mv = ws->mv, best_mv = ws->best_mv;
     pthread_mutex_lock(&ctx->mu);
     if (gm__ss_index(ctx, GM__IN(tm), &si) != GM_OK) goto unlock;
     for (s = ctx->pool[pl].segs; s; s = s->next) /* the holes: free blocks of `in`'s segments */
@@ -9890,13 +9892,13 @@ static int gm__compact(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
             if (!nmv || cost >= best_cost) continue; /* free already (placement had it), or no better */
             for (j = 0; j < nh; j++) /* the holes outside the place */
                 if (holes[j].seg != s || holes[j].at + holes[j].size <= b->addr || holes[j].at >= end)
-                    scratch[nfree++] = holes[j];
+                    ws->outside[nfree++] = holes[j];
             gm__compact_sort(tm, mv, nmv);
-            if (!gm__compact_fit(ctx, tm, pl, mv, nmv, scratch, nfree, to)) continue;
+            if (!gm__compact_fit(ctx, tm, pl, mv, nmv, ws->outside, nfree, ws->to)) continue;
             best_cost = cost;
             best_n = nmv;
             memcpy(best_mv, mv, nmv * sizeof *mv);
-            memcpy(best_to, to, nmv * sizeof *to);
+            memcpy(best_to, ws->to, nmv * sizeof *best_to);
         }
     }
     /* the new blocks, taken while the search's view holds (no segment it
@@ -9938,13 +9940,7 @@ unlock:
     }
     if (moved)
         gm__log(ctx, GM_LOG_DEBUG, "tier: %d tensors moved within the device to make a place of %zu bytes", moved, rsize);
-out:
-    GPUMEM_FREE(holes);
-    GPUMEM_FREE(scratch);
-    GPUMEM_FREE(to);
-    GPUMEM_FREE(best_to);
-    GPUMEM_FREE(mv);
-    GPUMEM_FREE(best_mv);
+    GPUMEM_FREE(ws);
     return moved;
 }
 
@@ -10075,7 +10071,10 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         /* free segments too small one by one may together make one (classic segments) */
         if (gm__regrow_room(ctx, x->bytes, !speculative)) continue;
         /* the room is there in pieces: tensors move within the device (a few times at most) */
-        if (compacted < 4 && ++compacted && gm__compact(ctx, tm, x)) continue;
+        if (compacted < 4) {
+            compacted++;
+            if (gm__compact(ctx, tm, x)) continue;
+        }
         if (!(got = gm__evict_some(ctx, tm))) break;
         tm->try_evicted += got;
     }
@@ -10504,7 +10503,6 @@ static void gm__phase_activate(gm__tier* tm, int k) {
     tm->use_at = f->use_at;
     tm->nuse_first = f->nuse_first;
     tm->leaves = f->leaves;
-    tm->plan_cap = f->tune.cap;
     tm->tune_t0 = tm->st.bytes_to_disk + tm->st.bytes_from_disk;
     f->used = ++tm->clock;
     tm->lost = 0;
@@ -10705,8 +10703,8 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
    than the fewest k only for GM__TUNE_GAIN fewer), until GM__TUNE_AGAIN
    steps later, when it tries again. A phase whose steps change, or that
    moves nothing through the disk, starts again from k = 0 (and keeps it).
-   Invariants (tm->mu): a phase's tune.cap is the cache its leaves were
-   planned with; tm->plan_cap is the active phase's. */
+   Invariant (tm->mu): a phase's tune.cap is the cache its leaves were
+   planned with (gm_tier_stats.plan_cache_bytes: the active phase's). */
 #define GM__TUNE_STEPS 3
 #define GM__TUNE_AGAIN 1024
 #define GM__TUNE_GAIN 0.95
@@ -11538,7 +11536,7 @@ GPUMEM_API gm_result gm_tier_get_stats(gm_context* ctx, gm_tier_stats* out) {
     gm__io_reap(ctx, tm);
     *out = tm->st;
     out->host_reserved = (int64_t)tm->host_reserved;
-    out->plan_cache_bytes = (int64_t)tm->plan_cap;
+    out->plan_cache_bytes = (int64_t)tm->ph[tm->cur].tune.cap;
     if (ctx->disk) {
         gm__disk* dk = (gm__disk*)ctx->disk;
         out->disk_reserved = (int64_t)dk->reserved;
