@@ -5,6 +5,11 @@
    against glibc malloc/free and jemalloc's (the program runs itself again
    under LD_PRELOAD for that column) for the same sizes; then the cost of a
    miss that creates a segment. Median over batches, nanoseconds per pair.
+   The ratio to jemalloc comes from that second process, which times
+   jemalloc's pairs and gpumem's (a sim context: a cached pair makes no
+   backend call) in alternating batches: on a machine whose speed drifts,
+   as a shared virtual machine's does, two columns timed seconds apart can
+   differ by half for no reason of theirs.
    Prints a table; writes CSV to the path given as the first argument
    (default build/bench-alloc.csv). */
 #define GPUMEM_IMPLEMENTATION
@@ -81,6 +86,22 @@ static int pair_cuda_async(void* env, size_t size, int reps) {
 
 static const size_t sizes[] = {512, 4096, 65536, 1 << 20, 8 << 20, 64 << 20};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
+
+/* Two pairs' medians from alternating batches: out[0] fn0's, out[1] fn1's. */
+static void measure_beside(pair_fn fn0, void* env0, pair_fn fn1, void* env1, size_t size, int reps, double out[2]) {
+    double t[2][BATCHES];
+    int b, k;
+    out[0] = out[1] = -1;
+    if (fn0(env0, size, reps) || fn1(env1, size, reps)) return;
+    for (b = 0; b < BATCHES; b++)
+        for (k = 0; k < 2; k++) {
+            double t0 = now_ns();
+            if ((k ? fn1(env1, size, reps) : fn0(env0, size, reps)) != 0) return;
+            t[k][b] = (now_ns() - t0) / reps;
+        }
+    out[0] = median(t[0], BATCHES);
+    out[1] = median(t[1], BATCHES);
+}
 
 /* Two threads on one context, each timing its own pairs; the slower one.
    Both start together (a barrier), so that their batches overlap. */
@@ -166,26 +187,36 @@ static double measure_release(const gm_context* like, int n) {
     return t;
 }
 
+/* jemalloc's pairs, and gpumem's timed beside them (out[2 * i], out[2 * i + 1]). */
 static void jemalloc_column(const char* self, double* out) {
     const char* jp = bench_jemalloc();
     char cmd[2048];
     size_t i;
-    for (i = 0; i < NSIZES; i++) out[i] = -1;
+    for (i = 0; i < 2 * NSIZES; i++) out[i] = -1;
     if (!jp) return;
     snprintf(cmd, sizeof cmd, "LD_PRELOAD='%s' '%s' --host", jp, self);
-    bench_read_numbers(cmd, out, NSIZES);
+    bench_read_numbers(cmd, out, 2 * NSIZES);
 }
 
 int main(int argc, char** argv) {
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-alloc.csv";
-    double jem[NSIZES];
+    double jem[2 * NSIZES];
     gm_context* ctx = NULL;
     gm_context* big = NULL; /* thread caches that also keep large blocks */
     gm_desc d;
     FILE* csv;
     size_t i;
-    if (argc > 1 && !strcmp(argv[1], "--host")) { /* the host allocator's pairs, for the parent */
-        for (i = 0; i < NSIZES; i++) printf("%.1f\n", measure(pair_malloc, NULL, sizes[i], 10000));
+    if (argc > 1 && !strcmp(argv[1], "--host")) { /* the host allocator's pairs and gpumem's, for the parent */
+        memset(&d, 0, sizeof d);
+        d.backend = GM_BACKEND_SIM;
+        if (gm_setup(&ctx, &d) != GM_OK) ctx = NULL;
+        for (i = 0; i < NSIZES; i++) {
+            double m[2] = {-1, -1};
+            if (ctx) measure_beside(pair_malloc, NULL, pair_gm, ctx, sizes[i], 10000, m);
+            else m[0] = measure(pair_malloc, NULL, sizes[i], 10000);
+            printf("%.1f\n%.1f\n", m[0], m[1]);
+        }
+        if (ctx) gm_shutdown(ctx);
         return 0;
     }
     jemalloc_column(argv[0], jem);
@@ -206,12 +237,13 @@ int main(int argc, char** argv) {
     csv = fopen(csv_path, "w");
     if (csv)
         fprintf(csv, "backend,size,gm_pair_ns,gm_pair_2threads_ns,gm_miss_ns,backend_pair_ns,malloc_pair_ns,"
-                     "jemalloc_pair_ns,cuda_async_pair_ns,gm_tc64m_pair_ns,gm_tc64m_pair_2threads_ns\n");
+                     "jemalloc_pair_ns,cuda_async_pair_ns,gm_tc64m_pair_ns,gm_tc64m_pair_2threads_ns,gm_pair_beside_jemalloc_ns\n");
     printf("backend %s; median ns per alloc+free pair (two threads: each thread's pair, both running;\n"
-           "tc 64M: thread_cache_max:64M, large blocks in the thread caches too)\n",
+           "tc 64M: thread_cache_max:64M, large blocks in the thread caches too; beside jem: gm's pair timed\n"
+           "in batches alternating with jemalloc's, in jemalloc's process, and gm / jem is their ratio)\n",
            gm_backend_name(ctx));
-    printf("%10s %9s %9s %10s %10s %8s %9s %9s %9s %9s %9s\n", "size", "gm", "gm 2 thr", "gm miss", "raw", "glibc",
-           "jemalloc", "cudaAsync", "gm / jem", "tc 64M", "64M 2 thr");
+    printf("%10s %9s %9s %10s %10s %8s %9s %9s %10s %9s %9s %9s\n", "size", "gm", "gm 2 thr", "gm miss", "raw",
+           "glibc", "jemalloc", "cudaAsync", "beside jem", "gm / jem", "tc 64M", "64M 2 thr");
 #ifdef GPUMEM_CUDA
     cudaStream_t s = NULL;
     int have_async = strcmp(gm_backend_name(ctx), "cuda") == 0;
@@ -236,15 +268,17 @@ int main(int argc, char** argv) {
         if (have_async) a = measure(pair_cuda_async, s, n, 10000);
 #endif
         {
-            char c1[32], c2[32], c3[32], c4[32], c5[32], f1[32], f2[32], f3[32], f4[32];
-            printf("%10zu %9.1f %9.1f %10.1f %10.1f %8.1f %9s %9s %9s %9s %9s\n", n, g, g2, miss, r, m,
-                   bench_cell(c1, sizeof c1, "%.1f", jem[i]), bench_cell(c2, sizeof c2, "%.1f", a),
-                   bench_cell(c3, sizeof c3, "%.2fx", jem[i] > 0 ? g / jem[i] : -1),
+            char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32], f3[32], f4[32], f5[32];
+            double je = jem[2 * i], gj = jem[2 * i + 1];
+            printf("%10zu %9.1f %9.1f %10.1f %10.1f %8.1f %9s %9s %10s %9s %9s %9s\n", n, g, g2, miss, r, m,
+                   bench_cell(c1, sizeof c1, "%.1f", je), bench_cell(c2, sizeof c2, "%.1f", a),
+                   bench_cell(c6, sizeof c6, "%.1f", gj), bench_cell(c3, sizeof c3, "%.2fx", je > 0 && gj > 0 ? gj / je : -1),
                    bench_cell(c4, sizeof c4, "%.1f", b1), bench_cell(c5, sizeof c5, "%.1f", b2));
             if (csv)
-                fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%s,%s,%s,%s\n", gm_backend_name(ctx), n, g, g2, miss, r,
-                        m, bench_field(f1, sizeof f1, "%.1f", jem[i]), bench_field(f2, sizeof f2, "%.1f", a),
-                        bench_field(f3, sizeof f3, "%.1f", b1), bench_field(f4, sizeof f4, "%.1f", b2));
+                fprintf(csv, "%s,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%s,%s,%s,%s,%s\n", gm_backend_name(ctx), n, g, g2, miss,
+                        r, m, bench_field(f1, sizeof f1, "%.1f", je), bench_field(f2, sizeof f2, "%.1f", a),
+                        bench_field(f3, sizeof f3, "%.1f", b1), bench_field(f4, sizeof f4, "%.1f", b2),
+                        bench_field(f5, sizeof f5, "%.1f", gj));
         }
     }
     {
