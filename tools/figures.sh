@@ -153,15 +153,17 @@ if run alloc "$B/bench-alloc-cuda" "$D/alloc.csv"; then
     p "same size (\`-\` where jemalloc is not installed); on a GPU, CUDA's"
     p "\`cudaMallocAsync\` + \`cudaFreeAsync\` from a pool that keeps its memory;"
     p "and gpumem again with \`thread_cache_max:64M\` (large blocks in the thread"
-    p "caches too), on one thread and on the slower of two. gpumem / jemalloc is"
+    p "caches too), on one thread and on the slower of two. 2 threads / alone is each"
+    p "thread's pair with both running over its own pair alone (batches alternate),"
+    p "the larger of the two. gpumem / jemalloc is"
     p "gpumem's pair timed in batches alternating with jemalloc's, in jemalloc's"
     p "process (\"beside\"), over jemalloc's: columns timed apart drift with the machine." ""
-    p "| size | gpumem, 1 thread | gpumem, 2 threads | gpumem / jemalloc | miss | backend | glibc | jemalloc | cudaMallocAsync | tc 64M, 1 thread | tc 64M, 2 threads |"
-    p "|---|---|---|---|---|---|---|---|---|---|---|"
+    p "| size | gpumem, 1 thread | gpumem, 2 threads | 2 threads / alone | gpumem / jemalloc | miss | backend | glibc | jemalloc | cudaMallocAsync | tc 64M, 1 thread | tc 64M, 2 threads |"
+    p "|---|---|---|---|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); s = f[2] + 0
         sz = s >= 1048576 ? sprintf("%d MiB", s / 1048576) : s >= 1024 ? sprintf("%d KiB", s / 1024) : sprintf("%d B", s)
         r = f[8] + 0 > 0 && f[12] + 0 > 0 ? sprintf("%.2f× (%.1f beside)", f[12] / f[8], f[12]) : "-"
-        printf "| %s | %.1f | %.1f | %s | %.0f | %.0f | %.1f | %s | %s | %s | %s |\n", sz, f[3], f[4], r, f[5], f[6], f[7],
+        printf "| %s | %.1f | %.1f | %s | %s | %.0f | %.0f | %.1f | %s | %s | %s | %s |\n", sz, f[3], f[4], num(f[13], "%.2f×"), r, f[5], f[6], f[7],
             num(f[8], "%.1f"), num(f[9], "%.1f"), num(f[10], "%.1f"), num(f[11], "%.1f") }' \
         "$D/alloc.csv" >> "$PAGE"
     p ""
