@@ -28,6 +28,12 @@ static int t_walk_faults;  /* the walk arms a disk fault now and then (failing, 
                               GM_ERR_IO or GM_ERR_DISK_FULL, and nothing may be lost, also
                               when the failed transfer ran behind, asynchronously */
 
+static int t_walk_copy_faults; /* sim: the walk arms a failing copy now and then; a call may then
+                                 answer GM_ERR_COPY_FAILED, and nothing may be lost, also when the
+                                 failed copy ran behind (a prefetch, a write-back, a compaction) */
+static int t_walk_nt;          /* > 0: the walk's tensors are the first t_walk_nt of its model */
+static int t_walk_large;       /* every tensor between big_max / 4 and big_max bytes */
+
 static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed * 2654435761u + (unsigned)i * 40503u) >> 13); }
 
 static void kernel(void* arg) {
@@ -154,14 +160,15 @@ static model m[NT];
 static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_disk) {
     gm_stream st[2];
     long step;
-    int bad_checks = 0, errors = 0, ooms = 0, faults = 0;
+    int bad_checks = 0, errors = 0, ooms = 0, faults = 0, copy_faults = 0;
     gm_tier_stats ts;
     st[0] = NULL;
     T_OK(gm_stream_create(ctx, &st[1]));
     memset(m, 0, sizeof m);
     for (step = 0; step < steps; step++) {
         unsigned long long r = t_rand();
-        model* x = t_walk_period ? &m[(unsigned long long)(step % t_walk_period) * 13 % NT] : &m[r % NT];
+        unsigned long long nt = t_walk_nt > 0 && t_walk_nt < NT ? (unsigned long long)t_walk_nt : NT;
+        model* x = t_walk_period ? &m[(unsigned long long)(step % t_walk_period) * 13 % nt] : &m[r % nt];
         gm_stream s = st[(r >> 12) & 1];
         unsigned op = (unsigned)((r >> 16) % 100);
         gm_result res = GM_OK;
@@ -170,8 +177,12 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
                                                  GM_SIM_FAULT_DISK_FULL};
             T_OK(gm_sim_inject(ctx, kinds[(r >> 50) % 4], 1 + (r >> 44) % 16));
         }
+        if (t_walk_copy_faults && t_sim && (r >> 56) % 16 == 1) /* one of the next few copies fails */
+            T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 1 + (r >> 44) % 8));
         if (!x->live) {
-            x->n = (r >> 24) % 3 == 0 ? (size_t)((r >> 32) % big_max) + 1 : (size_t)((r >> 32) % (64 * KiB)) + 1;
+            x->n = t_walk_large ? big_max / 4 + (size_t)((r >> 32) % (big_max - big_max / 4)) + 1
+                   : (r >> 24) % 3 == 0 ? (size_t)((r >> 32) % big_max) + 1
+                                        : (size_t)((r >> 32) % (64 * KiB)) + 1;
             res = gm_tensor_create(ctx, &x->h, x->n);
             if (res == GM_OK) {
                 x->live = 1;
@@ -194,7 +205,7 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
             unsigned seed = (unsigned)(r >> 40) | 1;
             u[0].tensor = x->h, u[0].access = GM_ACCESS_OVERWRITE, o[0] = x;
             for (k = 1; k <= (r >> 4) % 4; k++) {
-                model* y = &m[(r >> (20 + 3 * k)) % NT];
+                model* y = &m[(r >> (20 + 3 * k)) % nt];
                 if (!y->live || y == x) continue;
                 u[nu].tensor = y->h, u[nu].access = GM_ACCESS_READ, o[nu++] = y; /* twice is a nest */
             }
@@ -243,6 +254,10 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
             faults++;
             res = GM_OK;
         }
+        if (t_walk_copy_faults && res == GM_ERR_COPY_FAILED) {
+            copy_faults++;
+            res = GM_OK;
+        }
         if (res != GM_OK && errors++ < 5) printf("step %ld: op %u: %s\n", step, op, gm_result_string(res));
         if (gm_check(ctx) != 0 && bad_checks++ < 3) printf("step %ld: gm_check failed\n", step);
         if (t_walk_period && step % t_walk_period == t_walk_period - 1 && gm_tier_step(ctx) != GM_OK && errors++ < 5)
@@ -255,6 +270,10 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
         for (k = GM_SIM_FAULT_DISK_WRITE; k <= GM_SIM_FAULT_DISK_FULL; k = (gm_sim_fault)(k + 1)) T_OK(gm_sim_inject(ctx, k, 0));
         printf("tier walk with disk faults: %d calls answered with an I/O error\n", faults);
     }
+    if (t_walk_copy_faults && t_sim) {
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 0));
+        printf("tier walk with copy faults: %d calls answered GM_ERR_COPY_FAILED\n", copy_faults);
+    }
     {
         int i;
         for (i = 0; i < NT; i++) /* a last read of everything */
@@ -264,12 +283,13 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
     T_OK(gm_tier_get_stats(ctx, &ts));
     printf("tier walk: %ld steps, %lld tensors live, MiB on device %.1f, host %.1f, disk %.1f; %lld evictions "
            "(%lld clean), MiB to host %.1f, to device %.1f, to disk %.1f, from disk %.1f; prefetch %lld hits / %lld "
-           "misses; %d out of memory\n",
+           "misses; %lld compactions (%.1f MiB); %d out of memory\n",
            steps, (long long)ts.tensors, (double)ts.device_bytes / (double)MiB, (double)ts.host_bytes / (double)MiB,
            (double)ts.disk_bytes / (double)MiB, (long long)ts.evictions, (long long)ts.clean_evictions,
            (double)ts.bytes_to_host / (double)MiB, (double)ts.bytes_to_device / (double)MiB,
            (double)ts.bytes_to_disk / (double)MiB, (double)ts.bytes_from_disk / (double)MiB,
-           (long long)ts.prefetch_hits, (long long)ts.prefetch_misses, ooms);
+           (long long)ts.prefetch_hits, (long long)ts.prefetch_misses, (long long)ts.compactions,
+           (double)ts.bytes_compacted / (double)MiB, ooms);
     T_EQ(gm_check(ctx), 0);
     {
         int i;

@@ -783,6 +783,26 @@ int main(int argc, char** argv) {
         T_CHECK(ts.disk_errors > 0);
         T_OK(gm_shutdown(ctx));
     }
+    { /* three tiers with every tensor over 1 MiB and of mixed sizes: compaction's moves
+         beside write-behind, read-ahead and swaps, a copy failing now and then (sim) and
+         disk faults too; learned order, whose plan also tunes its room */
+        gm_context* ctx = disk_ctx(40 * MiB, 24 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm_tier_stats ts;
+        T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        t_walk_period = 61;
+        t_walk_nt = 48;
+        t_walk_large = 1;
+        t_walk_copy_faults = 1;
+        t_walk_faults = 1;
+        ts = t_walk(ctx, WALK_STEPS / 3, 4 * MiB, 1);
+        t_walk_faults = 0;
+        t_walk_copy_faults = 0;
+        t_walk_large = 0;
+        t_walk_nt = 0;
+        t_walk_period = 0;
+        T_CHECK(ts.bytes_to_disk > 0 && ts.bytes_from_disk > 0 && ts.compactions > 0);
+        T_OK(gm_shutdown(ctx));
+    }
     T_EQ(dir_entries(), 0); /* nothing left behind */
     T_EQ(rmdir(dir), 0);
     return t_done();

@@ -1372,6 +1372,33 @@ static void test_compaction(void) {
     compaction_done(ctx, t, 500);
 }
 
+/* Compaction under the differential walk: every tensor over the 1 MiB where
+   compaction starts, of mixed sizes, so that the device's free room is
+   mostly holes between them; on sim a copy fails now and then, compaction's
+   moves among them (a failed move must leave its tensor where it was).
+   Every byte checked, gm_check after every step, in LRU and learned order. */
+#define COMPACT_MAX (4 * MiB)
+static void test_random_compaction(long steps) {
+    int learned;
+    for (learned = 0; learned < 2; learned++) {
+        gm_context* ctx = tier_ctx(40 * MiB, 512 * MiB, GM_FALLBACK_DEFAULT);
+        gm_tier_stats ts;
+        if (learned) T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        t_walk_nt = 48;
+        t_walk_large = 1;
+        t_walk_copy_faults = 1;
+        t_walk_period = learned ? 61 : 0;
+        ts = t_walk(ctx, steps, COMPACT_MAX, 0);
+        t_walk_nt = 0;
+        t_walk_large = 0;
+        t_walk_copy_faults = 0;
+        t_walk_period = 0;
+        T_CHECK(ts.evictions > 0);
+        T_CHECK(ts.compactions > 0);
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 int main(int argc, char** argv) {
     test_roundtrip();
     test_compaction();
@@ -1398,6 +1425,7 @@ int main(int argc, char** argv) {
     test_discard();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
+    test_random_compaction(argc > 1 ? atol(argv[1]) : WALK_STEPS / 2);
     test_threads();
     return t_done();
 }
