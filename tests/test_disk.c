@@ -794,7 +794,7 @@ int main(int argc, char** argv) {
         t_walk_large = 1;
         t_walk_copy_faults = 1;
         t_walk_faults = 1;
-        ts = t_walk(ctx, WALK_STEPS / 3, 4 * MiB, 1);
+        ts = t_walk(ctx, WALK_STEPS / 5, 4 * MiB, 1);
         t_walk_faults = 0;
         t_walk_copy_faults = 0;
         t_walk_large = 0;

@@ -13,9 +13,13 @@
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define WALK_STEPS 1500
 #define BIG_MAX (256 * KiB)
+#define COMPACT_STEPS 250 /* the walks of large tensors (1 to 4 MiB, where compaction works) */
+#define MT_BIG_STEPS 100
 #else
 #define WALK_STEPS 6000
 #define BIG_MAX (2 * MiB)
+#define COMPACT_STEPS 3000
+#define MT_BIG_STEPS 1500
 #endif
 
 static gm_context* tier_ctx(size_t dev, size_t host, gm_fallback fb) {
@@ -1170,6 +1174,8 @@ typedef struct mt_arg {
     gm_tensor* all; /* every thread's tensors, for the checker */
 } mt_arg;
 static int mt_err, mt_stop;
+static size_t mt_lo = 64 * KiB, mt_span = 960 * KiB; /* the tensors' sizes: lo up to lo + span */
+static int mt_steps = MT_STEPS;
 static pthread_mutex_t mt_mu = PTHREAD_MUTEX_INITIALIZER;
 static void mt_bad(int k, const char* what) {
     pthread_mutex_lock(&mt_mu);
@@ -1183,7 +1189,7 @@ static void* mt_worker(void* a) {
     gm_tensor* t = ma->all + ma->id * MT_TENSORS;
     size_t size[MT_TENSORS];
     unsigned seed[MT_TENSORS]; /* 0: never written */
-    unsigned char* buf = (unsigned char*)malloc(MiB);
+    unsigned char* buf = (unsigned char*)malloc(mt_lo + mt_span);
     unsigned long long r = 0x9E3779B97F4A7C15ull * (unsigned long long)(ma->id + 1);
     int i, k;
     if (!buf || gm_stream_create(ctx, &s) != GM_OK) {
@@ -1193,14 +1199,14 @@ static void* mt_worker(void* a) {
     }
     for (k = 0; k < MT_TENSORS; k++) {
         gm_tensor h;
-        size[k] = 64 * KiB + (size_t)(t_rand_r(&r) % (960 * KiB));
+        size[k] = mt_lo + (size_t)(t_rand_r(&r) % mt_span);
         seed[k] = 0;
         if (gm_tensor_create(ctx, &h, size[k]) != GM_OK) mt_bad(ma->id, "create");
         pthread_mutex_lock(&mt_mu); /* published to the checker, which reads the array as it is made */
         t[k] = h;
         pthread_mutex_unlock(&mt_mu);
     }
-    for (i = 0; i < MT_STEPS; i++) {
+    for (i = 0; i < mt_steps; i++) {
         unsigned long long x = t_rand_r(&r);
         void* p;
         size_t j;
@@ -1264,8 +1270,8 @@ static void* mt_checker(void* a) {
     }
     return (void*)(intptr_t)n;
 }
-static void test_threads(void) {
-    gm_context* ctx = tier_ctx(8 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+static void test_threads(size_t dev, size_t host, size_t lo, size_t span, int steps) {
+    gm_context* ctx = tier_ctx(dev, host, GM_FALLBACK_DEFAULT);
     static gm_tensor all[MT_THREADS * MT_TENSORS];
     mt_arg args[MT_THREADS + 1];
     pthread_t th[MT_THREADS], ck;
@@ -1273,6 +1279,9 @@ static void test_threads(void) {
     void* ret;
     int k;
     mt_err = mt_stop = 0;
+    mt_lo = lo;
+    mt_span = span;
+    mt_steps = steps;
     memset(all, 0, sizeof all);
     for (k = 0; k <= MT_THREADS; k++) {
         args[k].ctx = ctx;
@@ -1293,6 +1302,9 @@ static void test_threads(void) {
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_tier_get_stats(ctx, &st));
     T_CHECK(st.evictions > 0); /* the threads did evict each other's tensors */
+    if (lo > MiB) T_CHECK(st.compactions > 0); /* and moved them on the device */
+    printf("threads: %d threads, tensors of %zu to %zu KiB: %lld evictions, %lld compactions\n", MT_THREADS,
+           lo / KiB, (lo + span) / KiB, (long long)st.evictions, (long long)st.compactions);
     for (k = 0; k < MT_THREADS * MT_TENSORS; k++) T_OK(gm_tensor_destroy(ctx, all[k]));
     T_EQ(gm_check(ctx), 0);
     T_OK(gm_shutdown(ctx));
@@ -1377,7 +1389,6 @@ static void test_compaction(void) {
    mostly holes between them; on sim a copy fails now and then, compaction's
    moves among them (a failed move must leave its tensor where it was).
    Every byte checked, gm_check after every step, in LRU and learned order. */
-#define COMPACT_MAX (4 * MiB)
 static void test_random_compaction(long steps) {
     int learned;
     for (learned = 0; learned < 2; learned++) {
@@ -1388,7 +1399,7 @@ static void test_random_compaction(long steps) {
         t_walk_large = 1;
         t_walk_copy_faults = 1;
         t_walk_period = learned ? 61 : 0;
-        ts = t_walk(ctx, steps, COMPACT_MAX, 0);
+        ts = t_walk(ctx, steps, 4 * MiB, 0);
         t_walk_nt = 0;
         t_walk_large = 0;
         t_walk_copy_faults = 0;
@@ -1425,7 +1436,8 @@ int main(int argc, char** argv) {
     test_discard();
     test_random(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_random_learned(argc > 1 ? atol(argv[1]) : WALK_STEPS);
-    test_random_compaction(argc > 1 ? atol(argv[1]) : WALK_STEPS / 2);
-    test_threads();
+    test_random_compaction(argc > 1 ? atol(argv[1]) / 2 : COMPACT_STEPS);
+    test_threads(8 * MiB, 64 * MiB, 64 * KiB, 960 * KiB, MT_STEPS);
+    test_threads(24 * MiB, 256 * MiB, MiB + 4 * KiB, 2 * MiB, MT_BIG_STEPS); /* compaction among the threads */
     return t_done();
 }
