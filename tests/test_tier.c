@@ -1156,7 +1156,9 @@ static void test_learned_jumps(void) {
 
 /* Threads on one manager, each acquiring, writing, reading back and
    releasing its own tensors on its own stream, while the budget (8 MiB for
-   about 24 MiB of tensors) makes them evict each other's, prefetching and
+   about 24 MiB of tensors; in the second run 24 MiB for about 96 MiB of
+   tensors of 1 to 3 MiB, which also move within the device) makes them
+   evict each other's, prefetching and
    evicting now and then, and a checker
    thread runs gm_check and asks where tensors are. Bytes go in and out by
    copies on the thread's stream (host code may not touch device memory on
