@@ -9536,7 +9536,6 @@ static int gm__place_rank(gm__tier* tm, uint32_t* nev) {
     return 1;
 }
 
-/* The tensor whose device copy block b is, if it may leave. */
 /* The live tensor whose device copy block b is (its tag names it), or
    NULL (free, another owner's, or stale). */
 static gm__tensor* gm__block_tensor(const gm__tier* tm, const gm__block* b) {
@@ -9547,6 +9546,7 @@ static gm__tensor* gm__block_tensor(const gm__tier* tm, const gm__block* b) {
     return &tm->t[i];
 }
 
+/* The tensor whose device copy block b is, if it may leave. */
 static gm__tensor* gm__place_victim(const gm__tier* tm, const gm__block* b) {
     gm__tensor* t = gm__block_tensor(tm, b);
     return t && tm->rank[t - tm->t] != GM__RK_FIX ? t : NULL;

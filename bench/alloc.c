@@ -226,7 +226,7 @@ static void jemalloc_column(const char* self, double* out) {
 
 int main(int argc, char** argv) {
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-alloc.csv";
-    double jem[2 * NSIZES];
+    double child[2 * NSIZES]; /* jemalloc's pair and gpumem's beside it, by size */
     gm_context* ctx = NULL;
     gm_context* big = NULL; /* thread caches that also keep large blocks */
     gm_desc d;
@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
         if (ctx) gm_shutdown(ctx);
         return 0;
     }
-    jemalloc_column(argv[0], jem);
+    jemalloc_column(argv[0], child);
     if (!bench_jemalloc())
         printf("jemalloc is not installed (Debian: apt-get install libjemalloc2): no jemalloc column, and no gm / jem "
                "ratio\n");
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
         {
             char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c8[32], f1[32], f2[32], f3[32], f4[32], f5[32],
                 f6[32];
-            double je = jem[2 * i], gj = jem[2 * i + 1];
+            double je = child[2 * i], gj = child[2 * i + 1];
             printf("%10zu %9.1f %9.1f %6s %10.1f %10.1f %8.1f %9s %9s %10s %9s %9s %9s\n", n, g, g2,
                    bench_cell(c8, sizeof c8, "%.2f", g1), miss, r, m,
                    bench_cell(c1, sizeof c1, "%.1f", je), bench_cell(c2, sizeof c2, "%.1f", a),

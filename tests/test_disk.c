@@ -795,11 +795,7 @@ int main(int argc, char** argv) {
         t_walk_copy_faults = 1;
         t_walk_faults = 1;
         ts = t_walk(ctx, WALK_STEPS / 5, 4 * MiB, 1);
-        t_walk_faults = 0;
-        t_walk_copy_faults = 0;
-        t_walk_large = 0;
-        t_walk_nt = 0;
-        t_walk_period = 0;
+        t_walk_defaults();
         T_CHECK(ts.bytes_to_disk > 0 && ts.bytes_from_disk > 0 && ts.compactions > 0);
         T_OK(gm_shutdown(ctx));
     }

@@ -1402,10 +1402,7 @@ static void test_random_compaction(long steps) {
         t_walk_copy_faults = 1;
         t_walk_period = learned ? 61 : 0;
         ts = t_walk(ctx, steps, 4 * MiB, 0);
-        t_walk_nt = 0;
-        t_walk_large = 0;
-        t_walk_copy_faults = 0;
-        t_walk_period = 0;
+        t_walk_defaults();
         T_CHECK(ts.evictions > 0);
         T_CHECK(ts.compactions > 0);
         T_OK(gm_shutdown(ctx));
