@@ -34,11 +34,10 @@ static int t_walk_copy_faults; /* sim: the walk arms a failing copy now and then
 static int t_walk_nt;          /* > 0: the walk's tensors are the first t_walk_nt of its model */
 static int t_walk_large;       /* every tensor between big_max / 4 and big_max bytes */
 
-/* Every knob of the walk back to its default. */
-static void t_walk_defaults(void) {
-    t_walk_period = 0;
-    t_walk_faults = t_walk_copy_faults = t_walk_nt = t_walk_large = 0;
-}
+/* Every knob of the walk back to its default (a macro: not every test that
+   includes this header configures a walk, and an unused static function
+   would not compile under -Werror). */
+#define t_walk_defaults() (t_walk_period = 0, t_walk_faults = t_walk_copy_faults = t_walk_nt = t_walk_large = 0)
 
 static unsigned char pat(unsigned seed, size_t i) { return (unsigned char)((seed * 2654435761u + (unsigned)i * 40503u) >> 13); }
 
