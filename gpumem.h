@@ -1272,6 +1272,8 @@ struct gm_context {
     gm_desc desc;           /* resolved */
     uint32_t magic;         /* GM__CTX_LIVE from setup until shutdown */
     uint32_t serial;        /* process-unique, non-zero: tensor handles carry it */
+    uint32_t tc_gate;       /* whether the thread caches' fast paths may run (GM__GATE_*, atomic) */
+    size_t tc_max;          /* the largest request they serve (desc.thread_cache_max, resolved) */
     const gm__backend* be;
     void* bs;               /* backend state */
     size_t dev_align;       /* the alignment dev_alloc guarantees (set by init) */
@@ -1311,7 +1313,6 @@ struct gm_context {
     uint64_t t0;            /* setup time, for the trace's clock */
     struct gm__tcache* tcs; /* the threads' caches of this context (>>tcache), under mu */
     int tc_on;              /* gm_alloc and gm_free may use them (set at setup) */
-    size_t tc_max;          /* the largest request they serve (desc.thread_cache_max, resolved) */
     uint64_t tc_epoch;      /* statistics folds so far (atomic) */
     int tc_frozen;          /* the caches stand still (gm__tc_freeze), under mu */
     int tc_dirty;           /* a cache counted something since the last fold (atomic) */
@@ -4542,6 +4543,9 @@ static gm__block* gm__grow(gm_context* ctx, int pl, uint32_t si, size_t rsize) {
 }
 
 static size_t gm__tc_steal(gm_context* ctx, int keep); /* >>tcache */
+/* What closes the thread caches' fast paths (ctx->tc_gate, >>tcache). */
+enum { GM__GATE_SHUT = 1, GM__GATE_PLAN = 2, GM__GATE_PENDING = 4 };
+static void gm__tc_gate(gm_context* ctx, uint32_t bit, int closed); /* >>tcache */
 static void gm__tc_fold_now(gm_context* ctx);
 /* A fold where a cache counted something since the last (the calls under
    the lock: their peaks see it); gm__tc_fold_now folds whatever the flag
@@ -4580,7 +4584,7 @@ static void gm__pending_unlink(gm_context* ctx, gm__block* b) {
     else ctx->pending = b->r;
     if (b->r) b->r->l = b->l;
     b->l = b->r = NULL;
-    __atomic_store_n(&ctx->npending, ctx->npending - 1, __ATOMIC_RELAXED); /* read by thread caches */
+    if (!--ctx->npending) gm__tc_gate(ctx, GM__GATE_PENDING, 0);
 }
 
 /* Pending blocks whose events all completed become free. */
@@ -4982,6 +4986,19 @@ static int gm__fence_word;
 #define GM__LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define GM__ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
+/* A reason to keep the fast paths shut comes or goes. The gate is
+   GM__GATE_SHUT from setup until the thread caches are on (and again from
+   shutdown), GM__GATE_PLAN while the context has a plan (>>plan), and
+   GM__GATE_PENDING while frees wait for streams (an allocation retires
+   them under the lock first); a fast allocation runs only when it is 0, a
+   fast free when it is 0 or PENDING: one load of the context's line with
+   its serial, in place of a check of each. Written under ctx->mu (or
+   before the context is shared, or as it shuts down). */
+static void gm__tc_gate(gm_context* ctx, uint32_t bit, int closed) {
+    if (closed) __atomic_fetch_or(&ctx->tc_gate, bit, __ATOMIC_RELEASE);
+    else __atomic_fetch_and(&ctx->tc_gate, ~bit, __ATOMIC_RELEASE);
+}
+
 static uint64_t gm__tc_next_gen(uint64_t w, int state) { return (((w >> 2) + 1) << 2) | (uint64_t)state; }
 
 /* The bytes a cache may hold: GM__TC_BYTES, or 1/64 of the budget; with
@@ -5276,8 +5293,8 @@ static GM__HOT void gm__tc_count_all(gm_context* ctx, gm__tcache* tc, int o, int
    always, then the large pool's share (cntl) and, after an allocation,
    the mark of the pool it grew (both when fresh). Out of line, so that
    the small-only path stays as short as it was. */
-static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o, int large, int64_t bytes,
-                                         int64_t req) {
+static GM__NOINLINE int gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o, int large, int64_t bytes,
+                                        int64_t req) {
     int64_t n[3];
     int fresh = 0, k;
     gm__tc_count_all(ctx, tc, o, bytes, req, n, &fresh);
@@ -5286,21 +5303,25 @@ static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o
         GM__ST(tc->cntl[o + 1], GM__LD(tc->cntl[o + 1]) + bytes);
         GM__ST(tc->cntl[o + 2], GM__LD(tc->cntl[o + 2]) + req);
     }
-    if (o != GM__TCN_A) return;
-    for (k = 0; k < 3; k++) {
+    for (k = 0; k < 3 && o == GM__TCN_A; k++) {
         int64_t l = GM__LD(tc->cntl[GM__TCN_A + k]) - GM__LD(tc->cntl[GM__TCN_F + k]);
         if (fresh || (large && l > GM__LD(tc->hil[k]))) GM__ST(tc->hil[k], l);
         if (fresh || (!large && n[k] - l > GM__LD(tc->his[k]))) GM__ST(tc->his[k], n[k] - l);
     }
+    gm__tc_leave(tc);
+    return 1;
 }
 
 /* The owner counts a fast allocation or free (of a block over GM__TC_MAX:
-   large). */
-static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
+   large), then ends the fast operation; 1. The big case is a call at the
+   end, so that the small-only path needs no registers saved around it. */
+static GM__HOT int gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
     int64_t n[3];
     int fresh;
-    if (GM__UNLIKELY(tc->big)) gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
-    else gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req, n, &fresh);
+    if (GM__UNLIKELY(tc->big)) return gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
+    gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req, n, &fresh);
+    gm__tc_leave(tc);
+    return 1;
 }
 
 /* A request served from the calling thread's bin, without the lock: 1, or
@@ -5321,10 +5342,8 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
     w = e.w - GM__TC_FREE + GM__TC_LIVE;
     GM__ST(e.b->tcw, w); /* its table entry stayed */
     e.b->requested = size;
-    gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
-    gm__tc_leave(tc);
-    *out = (void*)e.b->addr;
-    return 1;
+    *out = (void*)e.b->addr; /* the cache's: nobody else writes it while it is LIVE */
+    return gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
 }
 
 /* A block the calling thread was handed into its bin, without the lock: 1;
@@ -5380,9 +5399,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     bin->n++;
     tc->nbinned++;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
-    gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
-    gm__tc_leave(tc);
-    return 1;
+    return gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
 }
 
 /* A FREE block of a cache back to the pool (with mu; its owner stands
@@ -5591,6 +5608,7 @@ static void gm__tc_exit(void* v) {
    free them. */
 static void gm__tc_shutdown(gm_context* ctx) {
     gm__tcache* tc;
+    gm__tc_gate(ctx, GM__GATE_SHUT, 1);
     pthread_mutex_lock(&gm__tc_mu);
     pthread_mutex_lock(&ctx->mu);
     gm__tc_steal(ctx, 0);
@@ -5952,7 +5970,7 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
 
 /* Whether a request is the thread caches' (plan: the context's plan). */
 static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size, const void* plan) {
-    return ctx->tc_on && out && size - 1 < ctx->tc_max && !plan && !__atomic_load_n(&ctx->npending, __ATOMIC_RELAXED);
+    return ctx->tc_on && out && size - 1 < ctx->tc_max && !plan && !(GM__LD(ctx->tc_gate) & GM__GATE_PENDING);
 }
 
 /* The thread's cache serves a request at once, without the lock (pending
@@ -5960,11 +5978,15 @@ static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size,
    and gm_alloc_ex, whose other paths are out of line, so that this one
    saves few registers. */
 static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
-    gm__tcache* tc;
-    if (!ctx || ctx->magic != GM__CTX_LIVE || !gm__tc_serves(ctx, out, size, __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)))
+#if GM__TC
+    gm__tcache* tc = gm__tls_tc; /* the cache of the context this thread used last (another's: the slow path) */
+    if (!ctx || !out || !tc || GM__LD(ctx->tc_gate) || gm__tls_serial != ctx->serial || size - 1 >= ctx->tc_max)
         return 0;
-    tc = gm__tc_get(ctx, 1);
-    return tc && gm__tc_alloc(ctx, tc, out, size, stream);
+    return gm__tc_alloc(ctx, tc, out, size, stream);
+#else
+    (void)ctx, (void)out, (void)size, (void)stream;
+    return 0;
+#endif
 }
 
 static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
@@ -5974,8 +5996,10 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
     if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
-    if (gm__tc_serves(ctx, out, size, plan)) { /* missed the cache: the lock adopts the block */
+    if (gm__tc_serves(ctx, out, size, plan)) { /* the cache (the fast path tries only the last context's), then
+                                                 the lock adopts the block */
         tc = gm__tc_get(ctx, 1);
+        if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
     } else if (ctx->tc_on && (ctx->va_gran || ctx->tc_max > GM__TC_MAX) && out && size && !plan) {
         tc = gm__tc_get(ctx, 0); /* a larger request gives this thread's cached blocks back first (expandable:
                                     their pages; large blocks cached: best fit sees them) */
@@ -6076,7 +6100,7 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
         b->r = ctx->pending;
         if (ctx->pending) ctx->pending->l = b;
         ctx->pending = b;
-        __atomic_store_n(&ctx->npending, ctx->npending + 1, __ATOMIC_RELAXED);
+        if (!ctx->npending++) gm__tc_gate(ctx, GM__GATE_PENDING, 1); /* allocations retire it under the lock first */
     } else {
         gm__free_block(ctx, b);
     }
@@ -6084,16 +6108,20 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     return GM_OK;
 }
 
-/* full: gm_free's try of the thread's cache `tc` found the block's bin
-   or the cache full (gm__tc_free said 2); else the cache does not take
-   it, and the lock does. */
-static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, gm__tcache* tc, int full) {
+/* tc: the thread's cache gm_free tried, and k what gm__tc_free said (2:
+   the block's bin or the cache is full); NULL: none was tried (the fast
+   path knows only the context this thread used last), and it is tried
+   here. */
+static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, gm__tcache* tc, int k) {
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!ptr) return GM_OK;
     if (__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) {
         gm_result pr;
         if (gm__plan_free(ctx, ptr, &pr)) return pr;
-    } else if (full) { /* some go back in one batch, and the cache takes it */
+        return gm__free(ctx, ptr, GM__OWN_USER);
+    }
+    if (!tc && ctx->tc_on && (tc = gm__tc_get(ctx, 0)) != NULL && (k = gm__tc_free(ctx, tc, ptr)) == 1) return GM_OK;
+    if (k == 2) { /* some go back in one batch, and the cache takes it */
         pthread_mutex_lock(&ctx->mu);
         gm__tc_make_room(ctx, tc, ptr);
         gm__unlock(ctx);
@@ -6105,13 +6133,15 @@ static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, gm__tcac
 /* The thread's cache takes a block it handed out at once, without the
    lock; everything else (and a full bin) goes out of line. */
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
-    gm__tcache* tc = NULL;
-    int k = 0;
-    if (GM__LIKELY(ctx && ptr && ctx->magic == GM__CTX_LIVE && ctx->tc_on &&
-                   !__atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) &&
-        (tc = gm__tc_get(ctx, 0)) != NULL && (k = gm__tc_free(ctx, tc, ptr)) == 1)
-        return GM_OK;
-    return gm__free_slow(ctx, ptr, tc, k == 2);
+#if GM__TC
+    gm__tcache* tc = gm__tls_tc;
+    if (GM__LIKELY(ctx && ptr && tc && !(GM__LD(ctx->tc_gate) & ~(uint32_t)GM__GATE_PENDING) &&
+                   gm__tls_serial == ctx->serial)) {
+        int k = gm__tc_free(ctx, tc, ptr);
+        return k == 1 ? GM_OK : gm__free_slow(ctx, ptr, tc, k);
+    }
+#endif
+    return gm__free_slow(ctx, ptr, NULL, 0);
 }
 
 /* gm_record_stream on a block `owner` holds. */
@@ -6630,6 +6660,7 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     ctx = (gm_context*)gm__calloc(sizeof *ctx);
     if (!ctx) return GM_ERR_HOST_OUT_OF_MEMORY;
     ctx->magic = GM__CTX_LIVE;
+    ctx->tc_gate = GM__GATE_SHUT; /* until the thread caches are on */
     do ctx->serial = __atomic_add_fetch(&gm__ctx_serials, 1u, __ATOMIC_RELAXED);
     while (!ctx->serial); /* 0 marks no tensor */
     ctx->desc = gm__resolve_desc(desc, ctx->disk_dir);
@@ -6709,6 +6740,7 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
                                                                  milliseconds, better here than in a gm_alloc */
     ctx->tc_max = gm__tc_max(ctx, ctx->desc.thread_cache_max);
     ctx->desc.thread_cache_max = ctx->tc_max;
+    if (ctx->tc_on) gm__tc_gate(ctx, GM__GATE_SHUT, 0);
     r = gm__disk_open(ctx);
     if (r != GM_OK) {
         gm_shutdown(ctx);
@@ -12949,6 +12981,7 @@ static gm__plan* gm__plan_get(gm_context* ctx) {
     if (!pl) return NULL;
     memset(pl, 0, sizeof *pl);
     __atomic_store_n(&ctx->plan, (void*)pl, __ATOMIC_RELEASE);
+    gm__tc_gate(ctx, GM__GATE_PLAN, 1);
     return pl;
 }
 
@@ -13269,6 +13302,7 @@ static void gm__plan_destroy(gm_context* ctx) {
     if (!pl) return;
     if (pl->nlive) gm__log(ctx, GM_LOG_WARN, "shutdown: %zu planned blocks were never freed", pl->nlive);
     __atomic_store_n(&ctx->plan, NULL, __ATOMIC_RELEASE);
+    gm__tc_gate(ctx, GM__GATE_PLAN, 0);
     if (pl->base) gm__free(ctx, pl->base, GM__OWN_PLAN);
     gm__plan_drop_arrays(pl);
     GPUMEM_FREE(pl->rec);

@@ -178,6 +178,44 @@ static void test_stats_match(size_t tc_max) {
     T_OK(gm_shutdown(off));
 }
 
+/* One thread on two contexts with caches, in turn: the fast paths know
+   only the context used last, so every call here finds the other's and
+   goes the slow way, which still serves and takes blocks through this
+   thread's cache of the context named (the same block each time), and
+   the statistics, read by another thread, count every pair exactly. */
+static void test_two_contexts(void) {
+    gm_context* a = make(1, 0);
+    gm_context* b = make(1, 0);
+    void *p, *q, *p0 = NULL, *q0 = NULL;
+    gm_stats st;
+    int i, moved = 0;
+    for (i = 0; i < 5000; i++) {
+        T_OK(gm_alloc(a, &p, 4096, NULL));
+        T_OK(gm_alloc(b, &q, 700, NULL));
+        if (!i) p0 = p, q0 = q;
+        moved += p != p0 || q != q0;
+        T_OK(gm_free(a, p)); /* this thread used b last */
+        T_OK(gm_alloc(a, &p, 4000, NULL));
+        T_OK(gm_free(b, q)); /* and a last */
+        T_OK(gm_free(a, p));
+    }
+    T_EQ(moved, 0);
+    T_OK(stats_elsewhere(a, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, 10000);
+    T_EQ(st.allocation[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocation[GM_STAT_ALL].peak, 1);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].allocated, 5000 * 4096 + 5000 * 4000);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].peak, 4096);
+    T_OK(stats_elsewhere(b, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, 5000);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].freed, 5000 * 700);
+    T_EQ(st.allocated_bytes[GM_STAT_ALL].peak, 1024);
+    T_EQ(gm_check(a), 0);
+    T_EQ(gm_check(b), 0);
+    T_OK(gm_shutdown(a));
+    T_OK(gm_shutdown(b));
+}
+
 /* With large blocks in the cache (thread_cache_max), each pool's peak of
    an interval between two folds is its own: large blocks come and go,
    then a small one, all through the cache; the peaks read by another
@@ -729,6 +767,7 @@ int main(void) {
     test_peak();
     test_stats_match(0);
     test_stats_match(64 * MiB);
+    test_two_contexts();
     test_big_marks();
     test_cache_max_option();
     test_misuse();
