@@ -1191,6 +1191,7 @@ struct gm__block {
     uint32_t prio;          /* treap priority */
     uint8_t state;
     uint8_t owner;          /* USED: who holds it (GM__OWN_*) */
+    uint8_t tcbin;          /* in a thread cache (>>tcache): its bin there, set when adopted */
     /* caching allocator */
     size_t requested;
     uint32_t* uses;         /* stream indices from gm_record_stream */
@@ -4902,7 +4903,8 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
      stand still;
    - the table's entries fit in half the table; only the owner writes the
      table (dropping a stale entry in a fast free, adding one under mu), a
-     stealer reads it while frozen;
+     stealer reads it while frozen; a block's tcbin names its bin while it
+     belongs to a cache (set as it is adopted);
      tc->cached sums the bins' bytes, at most tc->cap;
    - statistics: an owner counts its fast allocations and frees in
      monotonic counters, read consistently through seq; once it adopted a
@@ -5260,66 +5262,65 @@ static void gm__tc_fold_now(gm_context* ctx) {
     }
 }
 
-/* All pools' counts of a fast operation (o: GM__TCN_A or _F), and after
-   an allocation their high-water marks; *n: all pools now, *fresh: the
-   first allocation of this fold's interval. */
-static GM__HOT void gm__tc_count_all(gm_context* ctx, gm__tcache* tc, int o, int64_t bytes, int64_t req, int64_t n[3],
-                                     int* fresh) {
+/* All pools' counts of a fast operation (o: GM__TCN_A or _F); 1 when it
+   is an allocation that starts this fold's interval. After an allocation
+   the high-water marks follow all pools' counts now (a[k] - f[k]). */
+static GM__HOT int gm__tc_count_all(gm_context* ctx, gm__tcache* tc, int o, int64_t bytes, int64_t req) {
     int64_t c0 = GM__LD(tc->cnt[o]) + 1, c1 = GM__LD(tc->cnt[o + 1]) + bytes, c2 = GM__LD(tc->cnt[o + 2]) + req;
+    uint64_t e;
+    int64_t n0, n1, n2;
     GM__ST(tc->cnt[o], c0);
     GM__ST(tc->cnt[o + 1], c1);
     GM__ST(tc->cnt[o + 2], c2);
     if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
-    if (o == GM__TCN_A) { /* the high-water marks since the last fold */
-        uint64_t e = GM__LD(ctx->tc_epoch);
-        n[0] = c0 - GM__LD(tc->cnt[GM__TCN_F]);
-        n[1] = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]);
-        n[2] = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
-        *fresh = GM__LD(tc->seen) != e;
-        if (*fresh) {
-            GM__ST(tc->seen, e);
-            GM__ST(tc->hi[0], n[0]);
-            GM__ST(tc->hi[1], n[1]);
-            GM__ST(tc->hi[2], n[2]);
-        } else {
-            if (n[0] > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n[0]);
-            if (n[1] > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n[1]);
-            if (n[2] > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n[2]);
-        }
+    if (o != GM__TCN_A) return 0;
+    e = GM__LD(ctx->tc_epoch);
+    n0 = c0 - GM__LD(tc->cnt[GM__TCN_F]);
+    n1 = c1 - GM__LD(tc->cnt[GM__TCN_F + 1]);
+    n2 = c2 - GM__LD(tc->cnt[GM__TCN_F + 2]);
+    if (GM__UNLIKELY(GM__LD(tc->seen) != e)) { /* the first of the interval */
+        GM__ST(tc->seen, e);
+        GM__ST(tc->hi[0], n0);
+        GM__ST(tc->hi[1], n1);
+        GM__ST(tc->hi[2], n2);
+        return 1;
     }
+    if (n0 > GM__LD(tc->hi[0])) GM__ST(tc->hi[0], n0);
+    if (n1 > GM__LD(tc->hi[1])) GM__ST(tc->hi[1], n1);
+    if (n2 > GM__LD(tc->hi[2])) GM__ST(tc->hi[2], n2);
+    return 0;
 }
 
 /* gm__tc_count once the cache holds large blocks (big): all pools as
    always, then the large pool's share (cntl) and, after an allocation,
    the mark of the pool it grew (both when fresh). Out of line, so that
    the small-only path stays as short as it was. */
-static GM__NOINLINE int gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o, int large, int64_t bytes,
-                                        int64_t req) {
-    int64_t n[3];
-    int fresh = 0, k;
-    gm__tc_count_all(ctx, tc, o, bytes, req, n, &fresh);
+static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o, int large, int64_t bytes,
+                                         int64_t req) {
+    int fresh = gm__tc_count_all(ctx, tc, o, bytes, req), k;
     if (large) {
         GM__ST(tc->cntl[o], GM__LD(tc->cntl[o]) + 1);
         GM__ST(tc->cntl[o + 1], GM__LD(tc->cntl[o + 1]) + bytes);
         GM__ST(tc->cntl[o + 2], GM__LD(tc->cntl[o + 2]) + req);
     }
     for (k = 0; k < 3 && o == GM__TCN_A; k++) {
+        int64_t n = GM__LD(tc->cnt[GM__TCN_A + k]) - GM__LD(tc->cnt[GM__TCN_F + k]); /* all pools now */
         int64_t l = GM__LD(tc->cntl[GM__TCN_A + k]) - GM__LD(tc->cntl[GM__TCN_F + k]);
         if (fresh || (large && l > GM__LD(tc->hil[k]))) GM__ST(tc->hil[k], l);
-        if (fresh || (!large && n[k] - l > GM__LD(tc->his[k]))) GM__ST(tc->his[k], n[k] - l);
+        if (fresh || (!large && n - l > GM__LD(tc->his[k]))) GM__ST(tc->his[k], n - l);
     }
     gm__tc_leave(tc);
-    return 1;
 }
 
 /* The owner counts a fast allocation or free (of a block over GM__TC_MAX:
    large), then ends the fast operation; 1. The big case is a call at the
    end, so that the small-only path needs no registers saved around it. */
 static GM__HOT int gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
-    int64_t n[3];
-    int fresh;
-    if (GM__UNLIKELY(tc->big)) return gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
-    gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req, n, &fresh);
+    if (GM__UNLIKELY(tc->big)) {
+        gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
+        return 1;
+    }
+    (void)gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req);
     gm__tc_leave(tc);
     return 1;
 }
@@ -5381,7 +5382,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
         return 0;
     }
     size = b->size;
-    bin = &tc->bins[gm__tc_bin(size, e->stream)];
+    bin = &tc->bins[b->tcbin];
     other = bin->n && (bin->size != size || bin->stream != e->stream); /* its bin serves another size or stream */
     if (other || bin->n == GM__TC_DEPTH || tc->cached + size > tc->cap) { /* it stays handed out: the lock frees it,
                                                                              or room is made and it comes again */
@@ -5495,6 +5496,7 @@ static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t r
         tc->big = 1;
     }
     w = gm__tc_next_gen(GM__LD(b->tcw), GM__TC_LIVE);
+    b->tcbin = (uint8_t)gm__tc_bin(b->size, stream); /* a fast free finds the bin without hashing */
     GM__ST(b->tcw, w);
     gm__tc_put(tc, b->addr, b, w, stream);
 }
