@@ -12982,8 +12982,8 @@ static gm__plan* gm__plan_get(gm_context* ctx) {
     pl = (gm__plan*)GPUMEM_MALLOC(sizeof *pl);
     if (!pl) return NULL;
     memset(pl, 0, sizeof *pl);
+    gm__tc_gate(ctx, GM__GATE_PLAN, 1); /* first: no fast path runs once the plan is seen */
     __atomic_store_n(&ctx->plan, (void*)pl, __ATOMIC_RELEASE);
-    gm__tc_gate(ctx, GM__GATE_PLAN, 1);
     return pl;
 }
 
