@@ -5972,7 +5972,7 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
 
 /* Whether a request is the thread caches' (plan: the context's plan). */
 static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size, const void* plan) {
-    return ctx->tc_on && out && size - 1 < ctx->tc_max && !plan && !(GM__LD(ctx->tc_gate) & GM__GATE_PENDING);
+    return !(GM__LD(ctx->tc_gate) & (GM__GATE_SHUT | GM__GATE_PENDING)) && out && size - 1 < ctx->tc_max && !plan;
 }
 
 /* The thread's cache serves a request at once, without the lock (pending
@@ -6122,7 +6122,9 @@ static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, gm__tcac
         if (gm__plan_free(ctx, ptr, &pr)) return pr;
         return gm__free(ctx, ptr, GM__OWN_USER);
     }
-    if (!tc && ctx->tc_on && (tc = gm__tc_get(ctx, 0)) != NULL && (k = gm__tc_free(ctx, tc, ptr)) == 1) return GM_OK;
+    if (!tc && !(GM__LD(ctx->tc_gate) & GM__GATE_SHUT) && (tc = gm__tc_get(ctx, 0)) != NULL &&
+        (k = gm__tc_free(ctx, tc, ptr)) == 1)
+        return GM_OK;
     if (k == 2) { /* some go back in one batch, and the cache takes it */
         pthread_mutex_lock(&ctx->mu);
         gm__tc_make_room(ctx, tc, ptr);
