@@ -179,10 +179,11 @@ static void test_stats_match(size_t tc_max) {
 }
 
 /* One thread on two contexts with caches, in turn: the fast paths know
-   only the context used last, so every call here finds the other's and
-   goes the slow way, which still serves and takes blocks through this
-   thread's cache of the context named (the same block each time), and
-   the statistics, read by another thread, count every pair exactly. */
+   only the context used last, so most calls here find the other's and go
+   the slow way, which still serves and takes blocks through this thread's
+   cache of the context named (the same block each time, counted by the
+   cache), and the statistics, read by another thread, count every pair
+   exactly. */
 static void test_two_contexts(void) {
     gm_context* a = make(1, 0);
     gm_context* b = make(1, 0);
@@ -200,6 +201,10 @@ static void test_two_contexts(void) {
         T_OK(gm_free(a, p));
     }
     T_EQ(moved, 0);
+    /* every pair but the first of each context was the cache's, counted there (through the lock
+       each would be counted by the context, and the cache's count would stay 0) */
+    T_CHECK(!GM__TC || (a->tcs && a->tcs->cnt[GM__TCN_A] >= 9999 && a->tcs->cnt[GM__TCN_F] >= 9999));
+    T_CHECK(!GM__TC || (b->tcs && b->tcs->cnt[GM__TCN_A] >= 4999 && b->tcs->cnt[GM__TCN_F] >= 4999));
     T_OK(stats_elsewhere(a, &st));
     T_EQ(st.allocation[GM_STAT_ALL].allocated, 10000);
     T_EQ(st.allocation[GM_STAT_ALL].current, 0);
