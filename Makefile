@@ -171,6 +171,7 @@ compile-check:
 	gcc $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-gcc-cuda.o
 	gcc $(WARN) -std=c11 -DNDEBUG -I. -c $(B)/cc.c -o $(B)/cc-gcc-c11.o
 	gcc $(WARN) -DGPUMEM_DEBUG -DGPUMEM_STATIC -Wno-unused-function -I. -c $(B)/cc.c -o $(B)/cc-gcc-debug.o
+	gcc $(WARN) -DGPUMEM_NO_THREAD_CACHE -I. -c $(B)/cc.c -o $(B)/cc-gcc-notc.o
 	if command -v clang >/dev/null; then clang $(WARN) -I. -c $(B)/cc.c -o $(B)/cc-clang.o && clang $(WARN) -DGPUMEM_CUDA -I. $(CUDA_INC) -c $(B)/cc.c -o $(B)/cc-clang-cuda.o; fi
 	cp $(B)/cc.c $(B)/cc.cc && g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. -c $(B)/cc.cc -o $(B)/cc-gxx.o
 	g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $(URING) -I. -c $(B)/cc.cc -o $(B)/cc-gxx-uring.o

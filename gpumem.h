@@ -5627,6 +5627,7 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
     gm__tls* t;
     gm__tcache* tc = NULL;
     int i, slot = -1;
+    if (!GM__TC) return NULL; /* built without them (GPUMEM_NO_THREAD_CACHE): ctx->tc_on is 0 */
     pthread_once(&gm__tc_once, gm__tc_init);
     if (!gm__tc_keyok) return NULL;
     t = (gm__tls*)pthread_getspecific(gm__tc_key);
@@ -5682,12 +5683,8 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
 static GM__HOT gm__tcache* gm__tc_get(gm_context* ctx, int create) {
 #if GM__TC
     if (GM__LIKELY(gm__tls_serial == ctx->serial) && (gm__tls_tc || !create)) return gm__tls_tc;
-    return gm__tc_lookup(ctx, create);
-#else
-    (void)ctx;
-    (void)create;
-    return NULL;
 #endif
+    return gm__tc_lookup(ctx, create);
 }
 
 /* flags: GM__A_*. owner and tag: who will hold the block (GM__OWN_*, and a
