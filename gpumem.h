@@ -5313,16 +5313,14 @@ static GM__NOINLINE void gm__tc_count_big(gm_context* ctx, gm__tcache* tc, int o
 }
 
 /* The owner counts a fast allocation or free (of a block over GM__TC_MAX:
-   large), then ends the fast operation; 1. The big case is a call at the
+   large), then ends the fast operation. The big case is a call at the
    end, so that the small-only path needs no registers saved around it. */
-static GM__HOT int gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
-    if (GM__UNLIKELY(tc->big)) {
-        gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
-        return 1;
+static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int large, int64_t bytes, int64_t req) {
+    if (GM__UNLIKELY(tc->big)) gm__tc_count_big(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, large, bytes, req);
+    else {
+        (void)gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req);
+        gm__tc_leave(tc);
     }
-    (void)gm__tc_count_all(ctx, tc, fr ? GM__TCN_F : GM__TCN_A, bytes, req);
-    gm__tc_leave(tc);
-    return 1;
 }
 
 /* A request served from the calling thread's bin, without the lock: 1, or
@@ -5344,7 +5342,8 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
     GM__ST(e.b->tcw, w); /* its table entry stayed */
     e.b->requested = size;
     *out = (void*)e.b->addr; /* the cache's: nobody else writes it while it is LIVE */
-    return gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
+    gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
+    return 1;
 }
 
 /* A block the calling thread was handed into its bin, without the lock: 1;
@@ -5400,7 +5399,8 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     bin->n++;
     tc->nbinned++;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
-    return gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
+    gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
+    return 1;
 }
 
 /* A FREE block of a cache back to the pool (with mu; its owner stands
@@ -5440,7 +5440,7 @@ static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
 static void gm__tc_make_room(gm_context* ctx, gm__tcache* tc, const void* ptr) {
     gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr);
     if (e && GM__LD(e->b->tcw) == e->w) { /* handed out (LIVE, as adopted) */
-        gm__tcbin* bin = &tc->bins[gm__tc_bin(e->b->size, e->stream)];
+        gm__tcbin* bin = &tc->bins[e->b->tcbin];
         if (bin->n == GM__TC_DEPTH && tc->cached + e->b->size <= tc->cap) {
             gm__tc_give_bin(ctx, tc, bin, GM__TC_DEPTH / 2);
             return;
@@ -5533,7 +5533,7 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
                 if (GM__LD(b->tcw) != bin->e[k].w || (bin->e[k].w & 3) != GM__TC_FREE || b->state != GM__USED ||
                     gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->size > ctx->tc_max ||
                     b->seg->arena != &ctx->pool[gm__pool_of(b->size)] || (b->size > GM__TC_MAX && !tc->big) ||
-                    gm__tc_bin(b->size, bin->stream) != i)
+                    gm__tc_bin(b->size, bin->stream) != i || b->tcbin != i)
                     gm__broken(ck, "thread cache %d: bin %zu holds block %#lx (%zu bytes), which is not its free block",
                                n, i, (unsigned long)b->addr, b->size);
                 cached += b->size;
@@ -5967,9 +5967,10 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
     return GM_OK;
 }
 
-/* Whether a request is the thread caches' (plan: the context's plan). */
-static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size, const void* plan) {
-    return !(GM__LD(ctx->tc_gate) & (GM__GATE_SHUT | GM__GATE_PENDING)) && out && size - 1 < ctx->tc_max && !plan;
+/* Whether a request is the thread caches' (the gate open: caches on, no
+   plan, no pending frees). */
+static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size) {
+    return !GM__LD(ctx->tc_gate) && out && size - 1 < ctx->tc_max;
 }
 
 /* The thread's cache serves a request at once, without the lock (pending
@@ -5979,8 +5980,7 @@ static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size,
 static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
 #if GM__TC
     gm__tcache* tc = gm__tls_tc; /* the cache of the context this thread used last (another's: the slow path) */
-    if (!ctx || !out || !tc || GM__LD(ctx->tc_gate) || gm__tls_serial != ctx->serial || size - 1 >= ctx->tc_max)
-        return 0;
+    if (!ctx || !tc || gm__tls_serial != ctx->serial || !gm__tc_serves(ctx, out, size)) return 0;
     return gm__tc_alloc(ctx, tc, out, size, stream);
 #else
     (void)ctx, (void)out, (void)size, (void)stream;
@@ -5995,7 +5995,7 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
     if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
-    if (gm__tc_serves(ctx, out, size, plan)) { /* the cache (the fast path tries only the last context's), then
+    if (gm__tc_serves(ctx, out, size)) { /* the cache (the fast path tries only the last context's), then
                                                  the lock adopts the block */
         tc = gm__tc_get(ctx, 1);
         if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
