@@ -1316,7 +1316,6 @@ struct gm_context {
     int tc_on;              /* gm_alloc and gm_free may use them (set at setup) */
     uint64_t tc_epoch;      /* statistics folds so far (atomic) */
     int tc_frozen;          /* the caches stand still (gm__tc_freeze), under mu */
-    int tc_dirty;           /* a cache counted something since the last fold (atomic) */
 };
 
 /* >>log -------------------------------------------------------------------
@@ -4548,13 +4547,13 @@ static size_t gm__tc_steal(gm_context* ctx, int keep); /* >>tcache */
 enum { GM__GATE_SHUT = 1, GM__GATE_PLAN = 2, GM__GATE_PENDING = 4 };
 static void gm__tc_gate(gm_context* ctx, uint32_t bit, int closed); /* >>tcache */
 static void gm__tc_fold_now(gm_context* ctx);
-/* A fold where a cache counted something since the last (the calls under
-   the lock: their peaks see it); gm__tc_fold_now folds whatever the flag
-   says, for readers of the statistics. A macro: the test stays inline on
-   the lock's path. */
+/* A fold before a call under the lock counts (its peaks see what the
+   caches did): gm__tc_fold_now, which folds only when a cache's seq moved
+   since the last. A macro: the test for no caches stays inline on the
+   lock's path. */
 #define gm__tc_fold(ctx)                                                       \
     do {                                                                       \
-        if (__atomic_load_n(&(ctx)->tc_dirty, __ATOMIC_RELAXED)) gm__tc_fold_now(ctx); \
+        if ((ctx)->tcs) gm__tc_fold_now(ctx);                                  \
     } while (0)
 
 /* A block's last use ended (its free, or its pending events): back to the
@@ -4912,9 +4911,9 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
      each pool's high-water mark (his, hil), so that all pools and each
      pool stay exact. ctx->stats plus the
      counts not yet folded is exact; a fold (under mu, when a call under
-     the lock allocates or frees and when statistics are read) adds them
-     and raises the peak by each cache's high-water mark since the last
-     fold: exact with one thread; with several at once the peak of the sum
+     the lock allocates or frees and when statistics are read; nothing to
+     do when no cache's seq moved since the last) adds them and raises the
+     peak by each cache's high-water mark since the last fold: exact with one thread; with several at once the peak of the sum
      is taken as the sum of the threads' peaks since the last fold;
    - block records are never freed while the context lives (the arena
      keeps spares), and a record's reuse keeps its word, so an entry naming
@@ -4934,14 +4933,13 @@ enum { GM__TC_NONE = 0, GM__TC_LIVE = 1, GM__TC_FREE = 2 };
 /* counters: fast allocations (count, bytes, requested bytes), then frees */
 enum { GM__TCN_A = 0, GM__TCN_F = 3, GM__TCN = 6 };
 
-typedef struct gm__tcent { gm__block* b; uint64_t w; } gm__tcent;
 typedef struct gm__tcbin {
     size_t size;
     gm_stream stream;
     uint32_t n;
-    gm__tcent e[GM__TC_DEPTH]; /* oldest first */
+    gm__block* e[GM__TC_DEPTH]; /* oldest first; each FREE (its word says its generation) */
 } gm__tcbin;
-typedef struct gm__tclive { uintptr_t p; gm__block* b; uint64_t w; gm_stream stream; } gm__tclive; /* w: at adoption */
+typedef struct gm__tclive { uintptr_t p; gm__block* b; uint64_t w; gm_stream stream; } gm__tclive; /* w: at adoption (LIVE) */
 
 typedef struct gm__tcache {
     /* the owner's; others read them through seq */
@@ -4953,7 +4951,7 @@ typedef struct gm__tcache {
     int64_t hil[3], his[3];   /* with big: the high-water marks of the large and the small pool's shares */
     int big;                  /* a large block was adopted: counts go per pool (set by the owner, under mu) */
     /* the owner's in fast operations and under mu; a stealer's while frozen */
-    size_t cached, cap, nbinned;
+    size_t cached, cap;       /* cached: the bins' bytes (none binned when 0) */
     gm__tcbin bins[GM__TC_BINS];
     /* the owner's alone */
     gm__tclive* live;
@@ -4963,6 +4961,7 @@ typedef struct gm__tcache {
     int frozen;               /* atomic; ctx->tc_frozen says whether all are */
     int64_t folded[GM__TCN];  /* cnt at the last fold */
     int64_t foldedl[GM__TCN]; /* cntl at the last fold */
+    uint64_t fseq;            /* seq at the last fold: unchanged, the cache did nothing since */
     struct gm__tcache* next;  /* the context's list */
     /* under gm__tc_mu */
     gm_context* ctx;          /* NULL once the context is shut down */
@@ -5182,7 +5181,7 @@ static void gm__tc_thaw(gm_context* ctx) {
 }
 
 /* A cache's counters, consistent (any thread). */
-static void gm__tc_read(const gm__tcache* tc, int64_t c[2][GM__TCN], int64_t hi[3][3], uint64_t* seen) {
+static uint64_t gm__tc_read(const gm__tcache* tc, int64_t c[2][GM__TCN], int64_t hi[3][3], uint64_t* seen) {
     for (;;) {
         uint64_t s = __atomic_load_n(&tc->seq, __ATOMIC_ACQUIRE);
         int k;
@@ -5201,7 +5200,7 @@ static void gm__tc_read(const gm__tcache* tc, int64_t c[2][GM__TCN], int64_t hi[
             hi[2][k] = __atomic_load_n(&tc->hil[k], __ATOMIC_ACQUIRE);
         }
         *seen = __atomic_load_n(&tc->seen, __ATOMIC_ACQUIRE);
-        if (GM__LD(tc->seq) == s) return;
+        if (GM__LD(tc->seq) == s) return s;
     }
 }
 
@@ -5218,22 +5217,24 @@ static void gm__tc_apply(gm_stat* s, int64_t up, int64_t a, int64_t f) {
 static int64_t gm__tc_up(int seen, int64_t h, int64_t f) { return (seen && h > f ? h : f) - f; }
 
 /* The caches' counts since the last fold go into ctx->stats (with mu):
-   all pools, the small pool's share, the large pool's share. */
+   all pools, the small pool's share, the large pool's share. Nothing is
+   done when no cache's seq moved since the last fold (each fast operation
+   moves it by two: a fold misses only operations that had not begun). */
 static void gm__tc_fold_now(gm_context* ctx) {
     int64_t up[3][3], add[3][GM__TCN];
     uint64_t e;
     gm__tcache* tc;
     int k, j;
-    if (GM__LIKELY(!ctx->tcs)) return;
+    for (tc = ctx->tcs; tc && __atomic_load_n(&tc->seq, __ATOMIC_ACQUIRE) == tc->fseq; tc = tc->next) {}
+    if (GM__LIKELY(!tc)) return;
     memset(up, 0, sizeof up);
     memset(add, 0, sizeof add);
-    GM__ST(ctx->tc_dirty, 0);
     e = GM__LD(ctx->tc_epoch);
     GM__ST(ctx->tc_epoch, e + 1); /* owners start their next high-water marks */
     for (tc = ctx->tcs; tc; tc = tc->next) {
         int64_t c[2][GM__TCN], hi[3][3];
         uint64_t seen;
-        gm__tc_read(tc, c, hi, &seen);
+        tc->fseq = gm__tc_read(tc, c, hi, &seen);
         for (k = 0; k < 3; k++) {
             /* a mark of this interval only: a mark left from an earlier one was
                folded then (exact with one thread; with several, a mark made
@@ -5272,7 +5273,6 @@ static GM__HOT int gm__tc_count_all(gm_context* ctx, gm__tcache* tc, int o, int6
     GM__ST(tc->cnt[o], c0);
     GM__ST(tc->cnt[o + 1], c1);
     GM__ST(tc->cnt[o + 2], c2);
-    if (GM__UNLIKELY(!GM__LD(ctx->tc_dirty))) GM__ST(ctx->tc_dirty, 1);
     if (o != GM__TCN_A) return 0;
     e = GM__LD(ctx->tc_epoch);
     n0 = c0 - GM__LD(tc->cnt[GM__TCN_F]);
@@ -5328,20 +5328,19 @@ static GM__HOT void gm__tc_count(gm_context* ctx, gm__tcache* tc, int fr, int la
 static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, size_t size, gm_stream stream) {
     size_t rsize = gm__round_req(size);
     gm__tcbin* bin = &tc->bins[gm__tc_bin(rsize, stream)];
-    gm__tcent e;
+    gm__block* b;
     uint64_t w;
     if (!gm__tc_enter(tc)) return 0;
     if (!bin->n || bin->size != rsize || bin->stream != stream) {
         gm__tc_leave(tc);
         return 0;
     }
-    e = bin->e[--bin->n];
-    tc->nbinned--;
+    b = bin->e[--bin->n];
     GM__ST(tc->cached, tc->cached - rsize); /* others read it to see whether any cache holds blocks */
-    w = e.w - GM__TC_FREE + GM__TC_LIVE;
-    GM__ST(e.b->tcw, w); /* its table entry stayed */
-    e.b->requested = size;
-    *out = (void*)e.b->addr; /* the cache's: nobody else writes it while it is LIVE */
+    w = GM__LD(b->tcw) - GM__TC_FREE + GM__TC_LIVE; /* FREE: only its owner or a stealer (frozen) moves it */
+    GM__ST(b->tcw, w); /* its table entry stayed */
+    b->requested = size;
+    *out = (void*)b->addr; /* the cache's: nobody else writes it while it is LIVE */
     gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
     return 1;
 }
@@ -5360,26 +5359,19 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     e = gm__tc_find(tc, (uintptr_t)ptr); /* only the owner writes the table: a miss needs no entering */
     if (!e || !gm__tc_enter(tc)) return 0;
     b = e->b;
-    w = GM__LD(b->tcw);
-    if ((w ^ e->w) >> 2) { /* it left this cache (freed or recorded elsewhere, and maybe handed out again) */
-        gm__tc_del(tc, e);
-        gm__tc_leave(tc);
+    /* LIVE -> FREE by compare-and-swap, first, from the word it must have
+       (the entry's, of its adoption: LIVE): a free of the same block racing
+       on another thread (through the lock) wins or loses as a whole, and the
+       loser reports the double free; until then nothing else of the block
+       is read */
+    w = e->w;
+    if (GM__UNLIKELY(!__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_RELAXED))) {
+        if ((w ^ e->w) >> 2) gm__tc_del(tc, e); /* it left this cache (freed or recorded elsewhere, and maybe
+                                                    handed out again) */
+        gm__tc_leave(tc); /* else it is in a bin: freed already (the lock says so) */
         return 0;
-    }
-    if ((w & 3) != GM__TC_LIVE) { /* in a bin: freed already (the lock says so) */
-        gm__tc_leave(tc);
-        return 0;
-    }
-    /* LIVE -> FREE by compare-and-swap, first: a free of the same block
-       racing on another thread (through the lock) wins or loses as a whole,
-       and the loser reports the double free; until then nothing else of the
-       block is read */
-    if (!__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_RELAXED)) { /* it left this cache meanwhile */
-        gm__tc_del(tc, e);
-        gm__tc_leave(tc);
-        return 0;
-    }
+    } /* w: still the word it had */
     size = b->size;
     bin = &tc->bins[b->tcbin];
     other = bin->n && (bin->size != size || bin->stream != e->stream); /* its bin serves another size or stream */
@@ -5389,15 +5381,11 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
         gm__tc_leave(tc);
         return other ? 0 : 2;
     }
-    w = w - GM__TC_LIVE + GM__TC_FREE;
     if (!bin->n) {
         bin->size = size;
         bin->stream = e->stream;
     }
-    bin->e[bin->n].b = b;
-    bin->e[bin->n].w = w;
-    bin->n++;
-    tc->nbinned++;
+    bin->e[bin->n++] = b;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
     gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
     return 1;
@@ -5418,13 +5406,12 @@ static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, u
     size_t got = 0;
     if (n > bin->n) n = bin->n;
     for (i = 0; i < n; i++) {
-        gm__block* b = bin->e[i].b; /* its word is bin->e[i].w: a binned block leaves only through here */
+        gm__block* b = bin->e[i]; /* FREE: a binned block leaves only through here */
         got += b->size;
         gm__tc_give(ctx, b);
     }
     memmove(bin->e, bin->e + n, (bin->n - n) * sizeof bin->e[0]);
     bin->n -= n;
-    tc->nbinned -= n;
     GM__ST(tc->cached, tc->cached - got);
     return got;
 }
@@ -5432,7 +5419,7 @@ static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, u
 /* The owner's bins back to the pool (with mu). */
 static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
     uint32_t i;
-    for (i = 0; i < GM__TC_BINS && tc->nbinned; i++) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
+    for (i = 0; i < GM__TC_BINS && tc->cached; i++) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
 }
 
 /* The owner makes room for a free that found its bin or cache full (with
@@ -5461,7 +5448,7 @@ static size_t gm__tc_steal(gm_context* ctx, int keep) {
     }
     gm__tc_freeze(ctx);
     for (tc = ctx->tcs; tc; tc = tc->next)
-        for (i = 0; i < GM__TC_BINS && tc->nbinned; i++) got += gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
+        for (i = 0; i < GM__TC_BINS && tc->cached; i++) got += gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
     if (!keep) gm__tc_thaw(ctx);
     return got;
 }
@@ -5529,8 +5516,8 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
             uint32_t k;
             if (bin->n > GM__TC_DEPTH) gm__broken(ck, "thread cache %d: bin %zu holds %u blocks", n, i, bin->n);
             for (k = 0; k < bin->n && k < GM__TC_DEPTH; k++) {
-                const gm__block* b = bin->e[k].b;
-                if (GM__LD(b->tcw) != bin->e[k].w || (bin->e[k].w & 3) != GM__TC_FREE || b->state != GM__USED ||
+                const gm__block* b = bin->e[k];
+                if ((GM__LD(b->tcw) & 3) != GM__TC_FREE || b->state != GM__USED ||
                     gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->size > ctx->tc_max ||
                     b->seg->arena != &ctx->pool[gm__pool_of(b->size)] || (b->size > GM__TC_MAX && !tc->big) ||
                     gm__tc_bin(b->size, bin->stream) != i || b->tcbin != i)
@@ -5553,9 +5540,9 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
                            (unsigned long)e->p);
             if ((w & 3) == GM__TC_FREE) fe++;
         }
-        if (cached != tc->cached || nb != tc->nbinned || cached > tc->cap)
-            gm__broken(ck, "thread cache %d: bins hold %zu blocks of %zu bytes, %zu and %zu counted (limit %zu)", n, nb,
-                       cached, tc->nbinned, tc->cached, tc->cap);
+        if (cached != tc->cached || cached > tc->cap)
+            gm__broken(ck, "thread cache %d: bins hold %zu blocks of %zu bytes, %zu counted (limit %zu)", n, nb,
+                       cached, tc->cached, tc->cap);
         if (live != tc->lcount || 2 * tc->lcount > tc->lcap || fe != nb)
             gm__broken(ck, "thread cache %d: the table holds %zu entries (%zu of binned blocks), %zu counted, %zu "
                        "binned, in %zu slots", n, live, fe, tc->lcount, nb, tc->lcap);
@@ -5716,7 +5703,7 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
-    if (tc && tc->nbinned) /* a miss: best fit sees this thread's free blocks (expandable: */
+    if (tc && tc->cached) /* a miss: best fit sees this thread's free blocks (expandable: */
         gm__tc_give_own(ctx, tc); /* and their pages idle when a large one maps) */
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
@@ -6274,7 +6261,7 @@ GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out) {
     tc = ctx->tc_on ? gm__tc_get(ctx, 0) : NULL;
     pthread_mutex_lock(&ctx->mu);
     gm__tc_fold_now(ctx);
-    if (tc && tc->nbinned) gm__tc_give_own(ctx, tc); /* this thread's free blocks count as the pools' */
+    if (tc && tc->cached) gm__tc_give_own(ctx, tc); /* this thread's free blocks count as the pools' */
     *out = ctx->stats;
     pthread_mutex_unlock(&ctx->mu);
     return GM_OK;
