@@ -34,9 +34,14 @@
    out) moves in a steady-state step with the device budget; and for the
    disk rows, the bytes Belady's order moves to and from the disk with the
    device and host tiers together as the cache, over the disk's bandwidth
-   measured in this run the way the disk tier drives it (in DIR, O_DIRECT,
-   1 MiB chunks, 32 in flight through io_uring; the best of three passes):
-   writes alone, reads alone, and both at once, whichever bounds it most.
+   measured the way the disk tier drives it (in DIR, O_DIRECT, 1 MiB
+   chunks, 32 in flight through io_uring): writes alone, reads alone, and
+   both at once, whichever bounds it most. The disk is measured at the
+   start (the best of three passes, printed) and again just before and
+   just after each disk row (one pass each); a row's bound takes the faster
+   of the two beside it, since a shared machine's disk drifts by 2x within
+   minutes and a figure from the start of the run says little about a row
+   ten minutes later.
    Belady's order is optimal
    for tensors of one size and a strong heuristic for mixed sizes.
 
@@ -50,7 +55,8 @@
    time per step spent inside gm_tensor_acquire (blocked there, the thread
    cannot queue the next kernel), and for learned+disk the MiB of the device
    and host tiers its plan counts on once tuned (gm_tier_stats.
-   plan_cache_bytes; the measured steps come after the tuning). Then the
+   plan_cache_bytes; the measured steps come after the tuning), and for
+   the disk rows the read rate their bound used (CSV: all three). Then the
    learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables;
    writes CSV.
 
@@ -235,7 +241,7 @@ static double disk_pass(int fd, char* buf, size_t from, size_t to, size_t rfrom,
     return (double)total / ((bench_now_ns() - t0) / 1e9);
 }
 
-static void disk_bw(const char* dir, double* wbs, double* rbs, double* mbs) {
+static void disk_bw(const char* dir, int tries, double* wbs, double* rbs, double* mbs) {
     void* buf = NULL;
     int fd, k;
     *wbs = *rbs = *mbs = -1;
@@ -248,7 +254,7 @@ static void disk_bw(const char* dir, double* wbs, double* rbs, double* mbs) {
     }
     memset(buf, 0x5a, DEPTH * MiB);
     (void)disk_pass(fd, (char*)buf, 0, DISK_FILE, 0, 0); /* the extents written once, as the tier reuses them */
-    for (k = 0; k < DISK_TRIES; k++) {
+    for (k = 0; k < tries; k++) {
         double w = disk_pass(fd, (char*)buf, 0, DISK_FILE, 0, 0), r = disk_pass(fd, (char*)buf, 0, 0, 0, DISK_FILE),
                m = disk_pass(fd, (char*)buf, DISK_FILE / 2, DISK_FILE, 0, DISK_FILE / 2);
         if (w < 0 || r < 0 || m < 0) {
@@ -265,7 +271,13 @@ static void disk_bw(const char* dir, double* wbs, double* rbs, double* mbs) {
 
 static double g_link;        /* bytes per second, each way */
 static const char* disk_dir; /* set: the tier runs get a small host tier and the disk */
-static double g_disk_w, g_disk_r, g_disk_m;
+static double g_disk_w, g_disk_r, g_disk_m; /* at the start of the run */
+/* A disk row's own: the disk measured again just before the row and just
+   after it (one pass of each kind each time), the faster of the two of
+   each kind. The disk of a shared machine drifts by 2x within minutes, so
+   a figure from the start of the run says little about a row ten minutes
+   later; the faster of the two beside the row keeps the bound strict. */
+static double g_row_w, g_row_r, g_row_m;
 
 typedef struct result {
     int ok;
@@ -423,11 +435,11 @@ static double bound_ms(const workload* w, size_t budget, int disk) {
     if (disk) {
         double d;
         double m;
-        if (g_disk_w <= 0 || g_disk_r <= 0 || g_disk_m <= 0) return -1;
+        if (g_row_w <= 0 || g_row_r <= 0 || g_row_m <= 0) return -1;
         belady(w, budget + ws_of(w) / 4, &in, &out);
-        d = out / g_disk_w * 1e3; /* each way alone, and both at once */
-        if (in / g_disk_r * 1e3 > d) d = in / g_disk_r * 1e3;
-        m = (in + out) / g_disk_m * 1e3;
+        d = out / g_row_w * 1e3; /* each way alone, and both at once */
+        if (in / g_row_r * 1e3 > d) d = in / g_row_r * 1e3;
+        m = (in + out) / g_row_m * 1e3;
         if (m > d) d = m;
         if (d > b) b = d;
     }
@@ -450,44 +462,54 @@ static int wanted(const workload* w, int m, double ratio) {
 static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     size_t budget = (size_t)((double)ws_of(w) / ratio) / MiB * MiB;
     double in_memory = compute_ms(w), bound;
-    char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32];
+    char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], f1[32], f2[32], d[3][32];
     result r;
+    double bw[3] = {-1, -1, -1}, aw[3] = {-1, -1, -1};
+    int k;
     if (!wanted(w, m, ratio)) return;
     disk_dir = m >= 5 ? dir : NULL;
+    if (disk_dir) disk_bw(dir, 1, &bw[0], &bw[1], &bw[2]);
     if (m < 2) r = run_flat(w, budget, m == 0);
     else if (m == 2 || m == 5) r = run_tier(w, budget, GM_EVICT_LRU, 0, 0);
     else if (m == 3 || m == 6) r = run_tier(w, budget, GM_EVICT_LEARNED, 3, 0);
     else r = run_tier(w, budget, GM_EVICT_LRU, 0, 1);
+    if (disk_dir) disk_bw(dir, 1, &aw[0], &aw[1], &aw[2]);
+    for (k = 0; k < 3; k++) /* either pass failing leaves no figure */
+        if (bw[k] <= 0 || aw[k] <= 0) bw[k] = -1;
+        else if (aw[k] > bw[k]) bw[k] = aw[k];
+    g_row_w = bw[0], g_row_r = bw[1], g_row_m = bw[2];
     bound = bound_ms(w, budget, m >= 5);
     if (r.ok)
-        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s %5s\n", names[m], ratio, "completes",
+        printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s %5s %6s\n", names[m], ratio, "completes",
                r.step_ms, r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
                bench_cell(c2, sizeof c2, "%.2f", bound > 0 ? r.step_ms / bound : -1), r.moved_mib, 100 * r.rate,
                r.disk_mib, bench_cell(c3, sizeof c3, "%.1f", m >= 5 ? r.depth : -1),
                bench_cell(c5, sizeof c5, "%.1f", m >= 5 ? r.full : -1),
                bench_cell(c6, sizeof c6, "%.0f%%", m >= 5 && r.bound_share >= 0 ? 100 * r.bound_share : -1),
                bench_cell(c4, sizeof c4, "%.1f", m >= 2 ? r.acq_ms : -1),
-               bench_cell(f1, sizeof f1, "%.0f", m == 6 && r.plan_mib > 0 ? r.plan_mib : -1));
+               bench_cell(f1, sizeof f1, "%.0f", m == 6 && r.plan_mib > 0 ? r.plan_mib : -1),
+               bench_cell(c7, sizeof c7, "%.0f", g_row_r > 0 && m >= 5 ? g_row_r / 1e6 : -1));
     else
-        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s\n", names[m], ratio,
+        printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s %6s\n", names[m], ratio,
                r.why[0] ? r.why : "failed", "-", "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-", "-",
-               "-", "-", "-");
+               "-", "-", "-", bench_cell(c7, sizeof c7, "%.0f", g_row_r > 0 && m >= 5 ? g_row_r / 1e6 : -1));
+    for (k = 0; k < 3; k++) bench_field(d[k], sizeof d[k], "%.0f", m >= 5 && bw[k] > 0 ? bw[k] / 1e6 : -1);
     if (csv)
-        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s\n", w->name, g_link / 1e9, names[m], ratio,
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s\n", w->name, g_link / 1e9, names[m], ratio,
                 r.ok, r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
                 bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
                 r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1),
                 bench_field(c5, sizeof c5, "%.2f", r.ok && m >= 5 ? r.full : -1),
                 bench_field(c6, sizeof c6, "%.3f", r.ok && m >= 5 ? r.bound_share : -1),
                 bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1),
-                bench_field(c1, sizeof c1, "%.0f", r.ok && m == 6 && r.plan_mib > 0 ? r.plan_mib : -1));
+                bench_field(c1, sizeof c1, "%.0f", r.ok && m == 6 && r.plan_mib > 0 ? r.plan_mib : -1), d[0], d[1], d[2]);
 }
 
 static void header(const workload* w) {
     printf("\n%s: %d tensors, working set %zu MiB, %d uses, in-memory step %.0f ms of compute; link %.1f GB/s each way\n",
            w->name, w->n, ws_of(w) / MiB, w->nseq, compute_ms(w), g_link / 1e9);
-    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s\n", "mode", "ratio", "result", "step ms", "x memory",
-           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "full", "bound", "acq ms", "plan");
+    printf("%-12s %6s | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s %6s\n", "mode", "ratio", "result", "step ms", "x memory",
+           "bound ms", "x bound", "MiB/step", "link", "disk MiB", "depth", "full", "bound", "acq ms", "plan", "read");
 }
 
 int main(int argc, char** argv) {
@@ -505,7 +527,7 @@ int main(int argc, char** argv) {
     wls[0] = wl_layers();
     wls[1] = wl_transformer();
     for (k = 0; k < 2; k++) set_compute(&wls[k]);
-    disk_bw(dir, &g_disk_w, &g_disk_r, &g_disk_m);
+    disk_bw(dir, DISK_TRIES, &g_disk_w, &g_disk_r, &g_disk_m);
     printf("sim backend; compute %.2f ms per MiB a use touches; disk tier rows: host tier a quarter of the working set, "
            "spill file in %s, I/O depth %d\n",
            MS_PER_MIB, dir, DEPTH);
@@ -521,11 +543,12 @@ int main(int argc, char** argv) {
            bench_cell(c2, sizeof c2, "%.0f", g_disk_r > 0 ? g_disk_r / 1e6 : -1),
            bench_cell(c3, sizeof c3, "%.0f", g_disk_m > 0 ? g_disk_m / 1e6 : -1));
     printf("bound: the largest of compute, Belady's link traffic each way over the link, and (disk rows) Belady's disk "
-           "traffic over the measured disk\n");
+           "traffic over the disk measured again just before and just after the row (one pass of each kind each time, "
+           "the faster of the two; read: its read MB/s)\n");
     if (csv)
         fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
                      "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,queue_depth_disk_bound,disk_bound_share,"
-                     "acquire_ms_per_step,plan_cache_mib\n");
+                     "acquire_ms_per_step,plan_cache_mib,disk_write_mbs,disk_read_mbs,disk_both_mbs\n");
     g_link = 8.0 * (1 << 30);
     for (k = 0; k < 2; k++) {
         header(&wls[k]);
