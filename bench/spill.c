@@ -38,10 +38,12 @@
    chunks, 32 in flight through io_uring): writes alone, reads alone, and
    both at once, whichever bounds it most. The disk is measured at the
    start (the best of three passes, printed) and again just before and
-   just after each disk row (one pass each); a row's bound takes the faster
-   of the two beside it, since a shared machine's disk drifts by 2x within
-   minutes and a figure from the start of the run says little about a row
-   ten minutes later.
+   just after each disk row (one pass each): a shared machine's disk drifts
+   by 2x and more within minutes, both ways, so that one measurement makes
+   a row's ratio a lottery (the same build's row read 1.2x and 2.9x its
+   bound on two runs). The table printed as the rows run uses the faster of
+   the two passes beside each row; the final table and the CSV use the
+   fastest of each kind the whole run saw, what the disk showed it can do.
    Belady's order is optimal
    for tensors of one size and a strong heuristic for mixed sizes.
 
@@ -56,9 +58,10 @@
    cannot queue the next kernel), and for learned+disk the MiB of the device
    and host tiers its plan counts on once tuned (gm_tier_stats.
    plan_cache_bytes; the measured steps come after the tuning), and for
-   the disk rows the read rate their bound used (CSV: all three). Then the
-   learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables;
-   writes CSV.
+   the disk rows the read rate beside the row. Then the
+   learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables
+   (the last: the disk rows against the run's fastest disk); writes CSV
+   at the end.
 
    usage: spill [CSV] [DIR] [ROWS]   (default build/bench-spill.csv, /var/tmp;
    ROWS, e.g. "transformer learned+disk 2.0": only the rows whose workload,
@@ -272,12 +275,15 @@ static void disk_bw(const char* dir, int tries, double* wbs, double* rbs, double
 static double g_link;        /* bytes per second, each way */
 static const char* disk_dir; /* set: the tier runs get a small host tier and the disk */
 static double g_disk_w, g_disk_r, g_disk_m; /* at the start of the run */
-/* A disk row's own: the disk measured again just before the row and just
-   after it (one pass of each kind each time), the faster of the two of
-   each kind. The disk of a shared machine drifts by 2x within minutes, so
-   a figure from the start of the run says little about a row ten minutes
-   later; the faster of the two beside the row keeps the bound strict. */
-static double g_row_w, g_row_r, g_row_m;
+/* The disk's rates (write, read, both at once), bytes per second. The disk
+   of a shared machine drifts by 2x and more within minutes, both ways, so
+   no single measurement bounds a row: the disk is measured at the start,
+   then again just before and just after every disk row (one pass of each
+   kind each time), and the bounds in the CSV and the final table use the
+   fastest of each kind the run saw (g_best): what the disk showed it can
+   do. The table printed as the rows run uses each row's own (the faster of
+   the two beside it), which swings with the drift. */
+static double g_best[3] = {-1, -1, -1};
 
 typedef struct result {
     int ok;
@@ -426,8 +432,9 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
     return r;
 }
 
-/* The row's lower bound in ms (negative: no disk figure for a disk row). */
-static double bound_ms(const workload* w, size_t budget, int disk) {
+/* The row's lower bound in ms with the disk's rates `bw` (write, read,
+   both; negative: no disk figure for a disk row). */
+static double bound_ms(const workload* w, size_t budget, int disk, const double bw[3]) {
     double in, out, b = compute_ms(w), l;
     belady(w, budget, &in, &out);
     l = (in > out ? in : out) / g_link * 1e3;
@@ -435,11 +442,11 @@ static double bound_ms(const workload* w, size_t budget, int disk) {
     if (disk) {
         double d;
         double m;
-        if (g_row_w <= 0 || g_row_r <= 0 || g_row_m <= 0) return -1;
+        if (bw[0] <= 0 || bw[1] <= 0 || bw[2] <= 0) return -1;
         belady(w, budget + ws_of(w) / 4, &in, &out);
-        d = out / g_row_w * 1e3; /* each way alone, and both at once */
-        if (in / g_row_r * 1e3 > d) d = in / g_row_r * 1e3;
-        m = (in + out) / g_row_m * 1e3;
+        d = out / bw[0] * 1e3; /* each way alone, and both at once */
+        if (in / bw[1] * 1e3 > d) d = in / bw[1] * 1e3;
+        m = (in + out) / bw[2] * 1e3;
         if (m > d) d = m;
         if (d > b) b = d;
     }
@@ -459,10 +466,30 @@ static int wanted(const workload* w, int m, double ratio) {
     return (n < 1 || !strcmp(a, w->name)) && (n < 2 || !strcmp(b, names[m])) && (n < 3 || (q > ratio - 1e-9 && q < ratio + 1e-9));
 }
 
-static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
+/* A row run: kept for the CSV and the final table, whose disk bounds wait
+   for the run's fastest disk. */
+typedef struct rowrec {
+    const workload* w;
+    double link, ratio;
+    int m;
+    size_t budget;
+    result r;
+    double beside[3]; /* the disk beside the row: the faster of the passes before and after it */
+} rowrec;
+#define MAXROWS 128
+static rowrec g_recs[MAXROWS];
+static int g_nrec;
+
+static void best_of(const double bw[3]) {
+    int k;
+    for (k = 0; k < 3; k++)
+        if (bw[k] > g_best[k]) g_best[k] = bw[k];
+}
+
+static void row(workload* w, int m, double ratio, const char* dir) {
     size_t budget = (size_t)((double)ws_of(w) / ratio) / MiB * MiB;
     double in_memory = compute_ms(w), bound;
-    char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], f1[32], f2[32], d[3][32];
+    char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], f1[32];
     result r;
     double bw[3] = {-1, -1, -1}, aw[3] = {-1, -1, -1};
     int k;
@@ -477,8 +504,8 @@ static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
     for (k = 0; k < 3; k++) /* either pass failing leaves no figure */
         if (bw[k] <= 0 || aw[k] <= 0) bw[k] = -1;
         else if (aw[k] > bw[k]) bw[k] = aw[k];
-    g_row_w = bw[0], g_row_r = bw[1], g_row_m = bw[2];
-    bound = bound_ms(w, budget, m >= 5);
+    best_of(bw);
+    bound = bound_ms(w, budget, m >= 5, bw);
     if (r.ok)
         printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s %5s %6s\n", names[m], ratio, "completes",
                r.step_ms, r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
@@ -488,21 +515,73 @@ static void row(FILE* csv, workload* w, int m, double ratio, const char* dir) {
                bench_cell(c6, sizeof c6, "%.0f%%", m >= 5 && r.bound_share >= 0 ? 100 * r.bound_share : -1),
                bench_cell(c4, sizeof c4, "%.1f", m >= 2 ? r.acq_ms : -1),
                bench_cell(f1, sizeof f1, "%.0f", m == 6 && r.plan_mib > 0 ? r.plan_mib : -1),
-               bench_cell(c7, sizeof c7, "%.0f", g_row_r > 0 && m >= 5 ? g_row_r / 1e6 : -1));
+               bench_cell(c7, sizeof c7, "%.0f", bw[1] > 0 && m >= 5 ? bw[1] / 1e6 : -1));
     else
         printf("%-12s %6.1f | %-22s %9s %8s %9s %8s %9s %7s %9s %6s %6s %6s %7s %5s %6s\n", names[m], ratio,
                r.why[0] ? r.why : "failed", "-", "-", bench_cell(c1, sizeof c1, "%.1f", bound), "-", "-", "-", "-", "-", "-",
-               "-", "-", "-", bench_cell(c7, sizeof c7, "%.0f", g_row_r > 0 && m >= 5 ? g_row_r / 1e6 : -1));
-    for (k = 0; k < 3; k++) bench_field(d[k], sizeof d[k], "%.0f", m >= 5 && bw[k] > 0 ? bw[k] / 1e6 : -1);
-    if (csv)
-        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s\n", w->name, g_link / 1e9, names[m], ratio,
+               "-", "-", "-", bench_cell(c7, sizeof c7, "%.0f", bw[1] > 0 && m >= 5 ? bw[1] / 1e6 : -1));
+    fflush(stdout);
+    if (g_nrec < MAXROWS) {
+        rowrec* rr = &g_recs[g_nrec++];
+        rr->w = w, rr->link = g_link, rr->ratio = ratio, rr->m = m, rr->budget = budget, rr->r = r;
+        for (k = 0; k < 3; k++) rr->beside[k] = m >= 5 ? bw[k] : -1;
+    }
+}
+
+/* Every row into the CSV, the disk rows' bounds with the run's fastest disk. */
+static void write_csv(FILE* csv) {
+    int i, k;
+    fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
+                 "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,queue_depth_disk_bound,disk_bound_share,"
+                 "acquire_ms_per_step,plan_cache_mib,disk_write_mbs,disk_read_mbs,disk_both_mbs,bound_beside_ms,"
+                 "beside_read_mbs\n");
+    for (i = 0; i < g_nrec; i++) {
+        const rowrec* rr = &g_recs[i];
+        const workload* w = rr->w;
+        result r = rr->r;
+        int m = rr->m;
+        double in_memory = compute_ms(w), bound, beside;
+        char c1[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32], d[3][32], b1[32], b2[32];
+        g_link = rr->link;
+        bound = bound_ms(w, rr->budget, m >= 5, g_best);
+        beside = m >= 5 ? bound_ms(w, rr->budget, 1, rr->beside) : -1;
+        for (k = 0; k < 3; k++) bench_field(d[k], sizeof d[k], "%.0f", m >= 5 && g_best[k] > 0 ? g_best[k] / 1e6 : -1);
+        bench_field(b1, sizeof b1, "%.2f", beside);
+        bench_field(b2, sizeof b2, "%.0f", m >= 5 && rr->beside[1] > 0 ? rr->beside[1] / 1e6 : -1);
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", w->name, rr->link / 1e9,
+                names[m], rr->ratio,
                 r.ok, r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
                 bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
                 r.disk_mib, bench_field(c3, sizeof c3, "%.2f", r.ok && m >= 5 ? r.depth : -1),
                 bench_field(c5, sizeof c5, "%.2f", r.ok && m >= 5 ? r.full : -1),
                 bench_field(c6, sizeof c6, "%.3f", r.ok && m >= 5 ? r.bound_share : -1),
                 bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1),
-                bench_field(c1, sizeof c1, "%.0f", r.ok && m == 6 && r.plan_mib > 0 ? r.plan_mib : -1), d[0], d[1], d[2]);
+                bench_field(c1, sizeof c1, "%.0f", r.ok && m == 6 && r.plan_mib > 0 ? r.plan_mib : -1), d[0], d[1], d[2],
+                b1, b2);
+    }
+}
+
+/* The disk rows again, against the run's fastest disk. */
+static void final_table(void) {
+    int i, any = 0;
+    for (i = 0; i < g_nrec; i++) {
+        const rowrec* rr = &g_recs[i];
+        double bound;
+        char c1[32], c2[32], c3[32];
+        if (rr->m < 5) continue;
+        if (!any++)
+            printf("\ndisk rows against the fastest disk of the run (write %s, read %s, both at once %s MB/s):\n"
+                   "%-12s %5s %6s %-12s | %9s %9s %8s\n",
+                   bench_cell(c1, sizeof c1, "%.0f", g_best[0] > 0 ? g_best[0] / 1e6 : -1),
+                   bench_cell(c2, sizeof c2, "%.0f", g_best[1] > 0 ? g_best[1] / 1e6 : -1),
+                   bench_cell(c3, sizeof c3, "%.0f", g_best[2] > 0 ? g_best[2] / 1e6 : -1), "workload", "link", "ratio",
+                   "mode", "step ms", "bound ms", "x bound");
+        g_link = rr->link;
+        bound = bound_ms(rr->w, rr->budget, 1, g_best);
+        printf("%-12s %5.1f %6.1f %-12s | %9s %9s %8s\n", rr->w->name, rr->link / 1e9, rr->ratio, names[rr->m],
+               bench_cell(c1, sizeof c1, "%.1f", rr->r.ok ? rr->r.step_ms : -1), bench_cell(c2, sizeof c2, "%.1f", bound),
+               bench_cell(c3, sizeof c3, "%.2f", rr->r.ok && bound > 0 ? rr->r.step_ms / bound : -1));
+    }
 }
 
 static void header(const workload* w) {
@@ -543,26 +622,30 @@ int main(int argc, char** argv) {
            bench_cell(c2, sizeof c2, "%.0f", g_disk_r > 0 ? g_disk_r / 1e6 : -1),
            bench_cell(c3, sizeof c3, "%.0f", g_disk_m > 0 ? g_disk_m / 1e6 : -1));
     printf("bound: the largest of compute, Belady's link traffic each way over the link, and (disk rows) Belady's disk "
-           "traffic over the disk measured again just before and just after the row (one pass of each kind each time, "
-           "the faster of the two; read: its read MB/s)\n");
-    if (csv)
-        fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
-                     "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,queue_depth_disk_bound,disk_bound_share,"
-                     "acquire_ms_per_step,plan_cache_mib,disk_write_mbs,disk_read_mbs,disk_both_mbs\n");
+           "traffic over the disk: below as the rows run, the disk measured again just before and just after the row "
+           "(one pass of each kind each time, the faster of the two; read: its read MB/s); at the end, and in the CSV, "
+           "the fastest disk of the whole run\n");
+    {
+        double start[3];
+        start[0] = g_disk_w, start[1] = g_disk_r, start[2] = g_disk_m;
+        best_of(start);
+    }
     g_link = 8.0 * (1 << 30);
     for (k = 0; k < 2; k++) {
         header(&wls[k]);
         for (m = 0; m < 7; m++)
-            for (ri = 0; ri < sizeof ratios / sizeof ratios[0]; ri++) row(csv, &wls[k], m, ratios[ri], dir);
+            for (ri = 0; ri < sizeof ratios / sizeof ratios[0]; ri++) row(&wls[k], m, ratios[ri], dir);
     }
     for (li = 0; li < sizeof links / sizeof links[0]; li++) {
         g_link = links[li];
         for (k = 0; k < 2; k++) {
             header(&wls[k]);
-            for (m = 3; m < 7; m += 3) row(csv, &wls[k], m, 2.0, dir);
+            for (m = 3; m < 7; m += 3) row(&wls[k], m, 2.0, dir);
         }
     }
+    final_table();
     if (csv) {
+        write_csv(csv);
         fclose(csv);
         printf("\nwrote %s\n", csv_path);
     }

@@ -209,9 +209,9 @@ if run spill "$B/bench-spill" "$D/spill.csv" "$SPILL_DIR"; then
     p "under budgets of 1/ratio of its working set, seven ways; each cell is the"
     p "step time over the row's lower bound: the largest of the compute, the"
     p "link traffic Belady's order needs over the link's rate, and for the disk"
-    p "ways Belady's disk traffic over the disk's bandwidth, measured again just"
-    p "before and just after each disk row (the faster of the two: this disk"
-    p "drifts by 2x within minutes; where the bound is the compute, this is also the step over the"
+    p "ways Belady's disk traffic over the fastest disk the run measured (at its"
+    p "start and just before and after each disk row: this disk drifts by 2x and"
+    p "more within minutes; where the bound is the compute, this is also the step over the"
     p "in-memory step). \`lru+disk\` and \`learned+disk\` have a host tier of a"
     p "quarter of the working set and the spill file below it." ""
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); key = f[1] SUBSEP f[2] SUBSEP f[4]; m = f[3]
@@ -226,13 +226,17 @@ if run spill "$B/bench-spill" "$D/spill.csv" "$SPILL_DIR"; then
     p "bytes per step through the link and the disk, and the mean I/O queue"
     p "depth (of 32) while the disk is busy, and while it is the bottleneck;"
     p "for learned order, the MiB of the device and host tiers its plan counts"
-    p "on once its room is tuned (of the two budgets); the disk's read rate the"
-    p "row's bound used." ""
-    p "| workload | link GB/s | ratio | way | × bound | link MiB / step | disk MiB / step | queue depth | while disk-bound | plan MiB | disk read MB/s |"
+    p "on once its room is tuned (of the two budgets); the disk's read rate"
+    p "measured beside the row (the faster of the passes just before and just after it)."
+    awk "$AWKCSV"'NR > 1 { split_csv($0, f); if (f[3] ~ /disk/ && f[19] + 0 > 0) {
+        printf "The bounds use the run'"'"'s fastest disk: write %s, read %s, both at once %s MB/s.\n", f[18], f[19], f[20]; exit } }' \
+        "$D/spill.csv" >> "$PAGE"
+    p ""
+    p "| workload | link GB/s | ratio | way | × bound | link MiB / step | disk MiB / step | queue depth | while disk-bound | plan MiB | read beside, MB/s |"
     p "|---|---|---|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f); if (f[3] !~ /disk/ || !(f[5] + 0) || f[12] + 0 == 0) next
         printf "| %s | %.1f | %.1f | %s | %s | %.0f | %.0f | %s | %s | %s | %s |\n", f[1], f[2], f[4], f[3], num(f[9], "%.2f"), f[10], f[12],
-            num(f[13], "%.1f"), num(f[14], "%.1f"), num(f[17], "%.0f"), num(f[19], "%.0f") }' "$D/spill.csv" >> "$PAGE"
+            num(f[13], "%.1f"), num(f[14], "%.1f"), num(f[17], "%.0f"), num(f[22], "%.0f") }' "$D/spill.csv" >> "$PAGE"
     p ""
 else failed $? spill; fi
 
