@@ -4913,8 +4913,9 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
      counts not yet folded is exact; a fold (under mu, when a call under
      the lock allocates or frees and when statistics are read; nothing to
      do when no cache's seq moved since the last) adds them and raises the
-     peak by each cache's high-water mark since the last fold: exact with one thread; with several at once the peak of the sum
-     is taken as the sum of the threads' peaks since the last fold;
+     peak by each cache's high-water mark since the last fold: exact with
+     one thread; with several at once the peak of the sum is taken as the
+     sum of the threads' peaks since the last fold;
    - block records are never freed while the context lives (the arena
      keeps spares), and a record's reuse keeps its word, so an entry naming
      an old record reads a later generation, never freed memory. */
