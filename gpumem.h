@@ -1275,6 +1275,7 @@ struct gm_context {
     uint32_t serial;        /* process-unique, non-zero: tensor handles carry it */
     uint32_t tc_gate;       /* whether the thread caches' fast paths may run (GM__GATE_*, atomic) */
     size_t tc_max;          /* the largest request they serve (desc.thread_cache_max, resolved) */
+    size_t tc_lim;          /* tc_max while tc_gate is 0, else 0: a fast allocation's one test (atomic) */
     const gm__backend* be;
     void* bs;               /* backend state */
     size_t dev_align;       /* the alignment dev_alloc guarantees (set by init) */
@@ -4992,13 +4993,15 @@ static int gm__fence_word;
    GM__GATE_SHUT from setup until the thread caches are on (and again from
    shutdown), GM__GATE_PLAN while the context has a plan (>>plan), and
    GM__GATE_PENDING while frees wait for streams (an allocation retires
-   them under the lock first); a fast allocation runs only when it is 0, a
+   them under the lock first); a fast allocation runs only when it is 0
+   (tc_lim, beside it, is then tc_max, else 0: the size's test tells it), a
    fast free when it is 0 or PENDING: one load of the context's line with
    its serial, in place of a check of each. Written under ctx->mu (or
    before the context is shared, or as it shuts down). */
 static void gm__tc_gate(gm_context* ctx, uint32_t bit, int closed) {
-    if (closed) __atomic_fetch_or(&ctx->tc_gate, bit, __ATOMIC_RELEASE);
-    else __atomic_fetch_and(&ctx->tc_gate, ~bit, __ATOMIC_RELEASE);
+    uint32_t g = closed ? __atomic_or_fetch(&ctx->tc_gate, bit, __ATOMIC_RELEASE)
+                        : __atomic_and_fetch(&ctx->tc_gate, ~bit, __ATOMIC_RELEASE);
+    __atomic_store_n(&ctx->tc_lim, g ? 0 : ctx->tc_max, __ATOMIC_RELEASE); /* the gate's writers do not race */
 }
 
 static uint64_t gm__tc_next_gen(uint64_t w, int state) { return (((w >> 2) + 1) << 2) | (uint64_t)state; }
@@ -5123,8 +5126,9 @@ typedef struct gm__tls {
     gm__tcache* tc[GM__TC_SLOTS];
 } gm__tls;
 #if GM__TC
-static __thread uint32_t gm__tls_serial; /* the context used last, and its cache */
-static __thread gm__tcache* gm__tls_tc;
+static __thread uint32_t gm__tls_serial; /* the context used last, when it has a cache here (else 0) */
+static __thread gm__tcache* gm__tls_tc;  /* that cache: never NULL while the serial is set */
+static __thread uint32_t gm__tls_none;   /* the context used last, when it has none */
 #endif
 #define GM__MEMBARRIER_PRIVATE_EXPEDITED 8
 #define GM__MEMBARRIER_REGISTER_PRIVATE_EXPEDITED 16
@@ -5588,7 +5592,7 @@ static void gm__tc_exit(void* v) {
     }
     pthread_mutex_unlock(&gm__tc_mu);
 #if GM__TC
-    gm__tls_serial = 0;
+    gm__tls_serial = gm__tls_none = 0;
     gm__tls_tc = NULL;
 #endif
     GPUMEM_FREE(t);
@@ -5661,8 +5665,9 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
         pthread_mutex_unlock(&gm__tc_mu);
     }
 #if GM__TC
-    gm__tls_serial = ctx->serial; /* none is remembered too: a thread that only frees asks once */
+    gm__tls_serial = tc ? ctx->serial : 0; /* the fast paths test the serial alone */
     gm__tls_tc = tc;
+    gm__tls_none = tc ? 0 : ctx->serial; /* none is remembered too: a thread that only frees asks once */
 #endif
     return tc;
 }
@@ -5670,7 +5675,8 @@ static gm__tcache* gm__tc_lookup(gm_context* ctx, int create) {
 /* The calling thread's cache for ctx: from the last call's, at once. */
 static GM__HOT gm__tcache* gm__tc_get(gm_context* ctx, int create) {
 #if GM__TC
-    if (GM__LIKELY(gm__tls_serial == ctx->serial) && (gm__tls_tc || !create)) return gm__tls_tc;
+    if (GM__LIKELY(gm__tls_serial == ctx->serial)) return gm__tls_tc;
+    if (!create && gm__tls_none == ctx->serial) return NULL;
 #endif
     return gm__tc_lookup(ctx, create);
 }
@@ -5956,9 +5962,9 @@ static gm_result gm__alloc_managed(gm_context* ctx, void** out, size_t size, gm_
 }
 
 /* Whether a request is the thread caches' (the gate open: caches on, no
-   plan, no pending frees). */
+   plan, no pending frees; tc_lim says it with the size in one test). */
 static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size) {
-    return !GM__LD(ctx->tc_gate) && out && size - 1 < ctx->tc_max;
+    return out && size - 1 < GM__LD(ctx->tc_lim);
 }
 
 /* The thread's cache serves a request at once, without the lock (pending
@@ -5968,7 +5974,7 @@ static GM__HOT int gm__tc_serves(const gm_context* ctx, void** out, size_t size)
 static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_stream stream) {
 #if GM__TC
     gm__tcache* tc = gm__tls_tc; /* the cache of the context this thread used last (another's: the slow path) */
-    if (!ctx || !tc || gm__tls_serial != ctx->serial || !gm__tc_serves(ctx, out, size)) return 0;
+    if (!ctx || gm__tls_serial != ctx->serial || !gm__tc_serves(ctx, out, size)) return 0; /* set: tc too */
     return gm__tc_alloc(ctx, tc, out, size, stream);
 #else
     (void)ctx, (void)out, (void)size, (void)stream;
@@ -6124,8 +6130,8 @@ static GM__NOINLINE gm_result gm__free_slow(gm_context* ctx, void* ptr, gm__tcac
 GPUMEM_API gm_result gm_free(gm_context* ctx, void* ptr) {
 #if GM__TC
     gm__tcache* tc = gm__tls_tc;
-    if (GM__LIKELY(ctx && ptr && tc && !(GM__LD(ctx->tc_gate) & ~(uint32_t)GM__GATE_PENDING) &&
-                   gm__tls_serial == ctx->serial)) {
+    if (GM__LIKELY(ctx && ptr && gm__tls_serial == ctx->serial && /* set: tc too */
+                   !(GM__LD(ctx->tc_gate) & ~(uint32_t)GM__GATE_PENDING))) {
         int k = gm__tc_free(ctx, tc, ptr);
         return k == 1 ? GM_OK : gm__free_slow(ctx, ptr, tc, k);
     }
