@@ -141,9 +141,9 @@ static double run(size_t n, int learned, int threads, int fits, int* partial, do
     d.sim.move_bytes = g_bytes || g_threaded ? GM_TOGGLE_ON : GM_TOGGLE_OFF; /* nor the CPU's moving of bytes */
     if (gm_setup(&ctx, &d) != GM_OK) return -1;
     if (learned) gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 4, NULL, NULL);
-    before = heap_used();
     gm_tensor* t = (gm_tensor*)calloc(n, sizeof *t);
     if (!t) return -1;
+    before = heap_used(); /* the caller's handles are not the manager's */
     for (i = 0; i < n; i++)
         if (gm_tensor_create(ctx, &t[i], TSIZE) != GM_OK) {
             gm_shutdown(ctx);
