@@ -244,11 +244,15 @@ static double disk_pass(int fd, char* buf, size_t from, size_t to, size_t rfrom,
     return (double)total / ((bench_now_ns() - t0) / 1e9);
 }
 
-static void disk_bw(const char* dir, int tries, double* wbs, double* rbs, double* mbs) {
+/* The measuring file (DISK_FILE bytes, kept beside the spill file for the
+   whole run), made and written once (as the tier reuses its extents), and
+   its buffer: a measurement beside a row then costs its passes alone. */
+static int g_dfd = -1;
+static char* g_dbuf;
+
+static void disk_open(const char* dir) {
     void* buf = NULL;
-    int fd, k;
-    *wbs = *rbs = *mbs = -1;
-    fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT, 0600);
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT, 0600);
     if (fd < 0 && errno == EINVAL) fd = open(dir, O_TMPFILE | O_RDWR, 0600); /* no O_DIRECT here: as gpumem does */
     if (fd < 0 || posix_memalign(&buf, 4096, DEPTH * MiB) != 0 || fallocate(fd, 0, 0, (off_t)DISK_FILE) != 0) {
         if (fd >= 0) close(fd);
@@ -256,25 +260,33 @@ static void disk_bw(const char* dir, int tries, double* wbs, double* rbs, double
         return;
     }
     memset(buf, 0x5a, DEPTH * MiB);
-    (void)disk_pass(fd, (char*)buf, 0, DISK_FILE, 0, 0); /* the extents written once, as the tier reuses them */
-    for (k = 0; k < tries; k++) {
-        double w = disk_pass(fd, (char*)buf, 0, DISK_FILE, 0, 0), r = disk_pass(fd, (char*)buf, 0, 0, 0, DISK_FILE),
-               m = disk_pass(fd, (char*)buf, DISK_FILE / 2, DISK_FILE, 0, DISK_FILE / 2);
-        if (w < 0 || r < 0 || m < 0) {
-            *wbs = *rbs = *mbs = -1;
+    (void)disk_pass(fd, (char*)buf, 0, DISK_FILE, 0, 0); /* the extents written once */
+    g_dfd = fd;
+    g_dbuf = (char*)buf;
+}
+
+/* The disk's rates, the best of `tries` passes of each kind: bw[0] writes,
+   bw[1] reads, bw[2] both at once (-1 each when it cannot be measured). */
+static void disk_bw(int tries, double bw[3]) {
+    int k, i;
+    bw[0] = bw[1] = bw[2] = -1;
+    for (k = 0; k < tries && g_dfd >= 0; k++) {
+        double p[3];
+        p[0] = disk_pass(g_dfd, g_dbuf, 0, DISK_FILE, 0, 0);
+        p[1] = disk_pass(g_dfd, g_dbuf, 0, 0, 0, DISK_FILE);
+        p[2] = disk_pass(g_dfd, g_dbuf, DISK_FILE / 2, DISK_FILE, 0, DISK_FILE / 2);
+        if (p[0] < 0 || p[1] < 0 || p[2] < 0) {
+            bw[0] = bw[1] = bw[2] = -1;
             break;
         }
-        if (w > *wbs) *wbs = w;
-        if (r > *rbs) *rbs = r;
-        if (m > *mbs) *mbs = m;
+        for (i = 0; i < 3; i++)
+            if (p[i] > bw[i]) bw[i] = p[i];
     }
-    close(fd);
-    free(buf);
 }
 
 static double g_link;        /* bytes per second, each way */
 static const char* disk_dir; /* set: the tier runs get a small host tier and the disk */
-static double g_disk_w, g_disk_r, g_disk_m; /* at the start of the run */
+static double g_disk[3] = {-1, -1, -1}; /* at the start of the run */
 /* The disk's rates (write, read, both at once), bytes per second. The disk
    of a shared machine drifts by 2x and more within minutes, both ways, so
    no single measurement bounds a row: the disk is measured at the start,
@@ -432,12 +444,13 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
     return r;
 }
 
-/* The row's lower bound in ms with the disk's rates `bw` (write, read,
-   both; negative: no disk figure for a disk row). */
-static double bound_ms(const workload* w, size_t budget, int disk, const double bw[3]) {
+/* The row's lower bound in ms over a link of `link` bytes per second and
+   with the disk's rates `bw` (write, read, both; negative: no disk figure
+   for a disk row). */
+static double bound_ms(const workload* w, size_t budget, double link, int disk, const double bw[3]) {
     double in, out, b = compute_ms(w), l;
     belady(w, budget, &in, &out);
-    l = (in > out ? in : out) / g_link * 1e3;
+    l = (in > out ? in : out) / link * 1e3;
     if (l > b) b = l;
     if (disk) {
         double d;
@@ -495,17 +508,17 @@ static void row(workload* w, int m, double ratio, const char* dir) {
     int k;
     if (!wanted(w, m, ratio)) return;
     disk_dir = m >= 5 ? dir : NULL;
-    if (disk_dir) disk_bw(dir, 1, &bw[0], &bw[1], &bw[2]);
+    if (disk_dir) disk_bw(1, bw);
     if (m < 2) r = run_flat(w, budget, m == 0);
     else if (m == 2 || m == 5) r = run_tier(w, budget, GM_EVICT_LRU, 0, 0);
     else if (m == 3 || m == 6) r = run_tier(w, budget, GM_EVICT_LEARNED, 3, 0);
     else r = run_tier(w, budget, GM_EVICT_LRU, 0, 1);
-    if (disk_dir) disk_bw(dir, 1, &aw[0], &aw[1], &aw[2]);
+    if (disk_dir) disk_bw(1, aw);
     for (k = 0; k < 3; k++) /* either pass failing leaves no figure */
         if (bw[k] <= 0 || aw[k] <= 0) bw[k] = -1;
         else if (aw[k] > bw[k]) bw[k] = aw[k];
     best_of(bw);
-    bound = bound_ms(w, budget, m >= 5, bw);
+    bound = bound_ms(w, budget, g_link, m >= 5, bw);
     if (r.ok)
         printf("%-12s %6.1f | %-22s %9.1f %8.2f %9s %8s %9.0f %6.0f%% %9.0f %6s %6s %6s %7s %5s %6s\n", names[m], ratio, "completes",
                r.step_ms, r.step_ms / in_memory, bench_cell(c1, sizeof c1, "%.1f", bound),
@@ -542,9 +555,8 @@ static void write_csv(FILE* csv) {
         int m = rr->m;
         double in_memory = compute_ms(w), bound, beside;
         char c1[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32], d[3][32], b1[32], b2[32];
-        g_link = rr->link;
-        bound = bound_ms(w, rr->budget, m >= 5, g_best);
-        beside = m >= 5 ? bound_ms(w, rr->budget, 1, rr->beside) : -1;
+        bound = bound_ms(w, rr->budget, rr->link, m >= 5, g_best);
+        beside = m >= 5 ? bound_ms(w, rr->budget, rr->link, 1, rr->beside) : -1;
         for (k = 0; k < 3; k++) bench_field(d[k], sizeof d[k], "%.0f", m >= 5 && g_best[k] > 0 ? g_best[k] / 1e6 : -1);
         bench_field(b1, sizeof b1, "%.2f", beside);
         bench_field(b2, sizeof b2, "%.0f", m >= 5 && rr->beside[1] > 0 ? rr->beside[1] / 1e6 : -1);
@@ -576,8 +588,7 @@ static void final_table(void) {
                    bench_cell(c2, sizeof c2, "%.0f", g_best[1] > 0 ? g_best[1] / 1e6 : -1),
                    bench_cell(c3, sizeof c3, "%.0f", g_best[2] > 0 ? g_best[2] / 1e6 : -1), "workload", "link", "ratio",
                    "mode", "step ms", "bound ms", "x bound");
-        g_link = rr->link;
-        bound = bound_ms(rr->w, rr->budget, 1, g_best);
+        bound = bound_ms(rr->w, rr->budget, rr->link, 1, g_best);
         printf("%-12s %5.1f %6.1f %-12s | %9s %9s %8s\n", rr->w->name, rr->link / 1e9, rr->ratio, names[rr->m],
                bench_cell(c1, sizeof c1, "%.1f", rr->r.ok ? rr->r.step_ms : -1), bench_cell(c2, sizeof c2, "%.1f", bound),
                bench_cell(c3, sizeof c3, "%.2f", rr->r.ok && bound > 0 ? rr->r.step_ms / bound : -1));
@@ -606,7 +617,9 @@ int main(int argc, char** argv) {
     wls[0] = wl_layers();
     wls[1] = wl_transformer();
     for (k = 0; k < 2; k++) set_compute(&wls[k]);
-    disk_bw(dir, DISK_TRIES, &g_disk_w, &g_disk_r, &g_disk_m);
+    disk_open(dir);
+    disk_bw(DISK_TRIES, g_disk);
+    best_of(g_disk);
     printf("sim backend; compute %.2f ms per MiB a use touches; disk tier rows: host tier a quarter of the working set, "
            "spill file in %s, I/O depth %d\n",
            MS_PER_MIB, dir, DEPTH);
@@ -618,18 +631,13 @@ int main(int argc, char** argv) {
 #else
            "one at a time: built without liburing",
 #endif
-           DISK_TRIES, bench_cell(c1, sizeof c1, "%.0f", g_disk_w > 0 ? g_disk_w / 1e6 : -1),
-           bench_cell(c2, sizeof c2, "%.0f", g_disk_r > 0 ? g_disk_r / 1e6 : -1),
-           bench_cell(c3, sizeof c3, "%.0f", g_disk_m > 0 ? g_disk_m / 1e6 : -1));
+           DISK_TRIES, bench_cell(c1, sizeof c1, "%.0f", g_disk[0] > 0 ? g_disk[0] / 1e6 : -1),
+           bench_cell(c2, sizeof c2, "%.0f", g_disk[1] > 0 ? g_disk[1] / 1e6 : -1),
+           bench_cell(c3, sizeof c3, "%.0f", g_disk[2] > 0 ? g_disk[2] / 1e6 : -1));
     printf("bound: the largest of compute, Belady's link traffic each way over the link, and (disk rows) Belady's disk "
            "traffic over the disk: below as the rows run, the disk measured again just before and just after the row "
            "(one pass of each kind each time, the faster of the two; read: its read MB/s); at the end, and in the CSV, "
            "the fastest disk of the whole run\n");
-    {
-        double start[3];
-        start[0] = g_disk_w, start[1] = g_disk_r, start[2] = g_disk_m;
-        best_of(start);
-    }
     g_link = 8.0 * (1 << 30);
     for (k = 0; k < 2; k++) {
         header(&wls[k]);
@@ -644,6 +652,8 @@ int main(int argc, char** argv) {
         }
     }
     final_table();
+    if (g_dfd >= 0) close(g_dfd);
+    free(g_dbuf);
     if (csv) {
         write_csv(csv);
         fclose(csv);
