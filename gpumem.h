@@ -8939,8 +8939,11 @@ static gm_result gm__dev_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     }
     j->dev = x->dev;
     j->copy = GM__OUT(tm);
-    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm));
-    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
+    /* the engine stages nothing before the copy in and the last use completed (gates, not a wait of
+       `out` queued now: that would hold every copy queued on `out` after it, other jobs' staging
+       included, behind this tensor's kernels, and the staging copies would hold slots meanwhile) */
+    j->gate[0] = gm__gate_on(ctx, tm, x->done_tk, x->done_seq);
+    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_IN, x->ready_seq);
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->disk = e;
@@ -11203,7 +11206,14 @@ static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s
     }
     if (discard) x->blank = 1;
     x->stamp = ++tm->clock;
-    if (--x->acquired == 0 && x->dev) gm__lru_push(tm, x);
+    if (--x->acquired == 0 && x->dev) {
+        gm__lru_push(tm, x);
+        /* learned order with a disk tier: a written tensor Belady's order sends to disk before its next
+           use starts its write now (it begins once this use completed), so that several such writes
+           overlap the compute, and its room is free of any wait when it is needed */
+        if (written && !discard && ctx->disk && GM__PLANNED(tm) && !x->pinned && gm__leaves(tm, (uint32_t)(x - tm->t)))
+            (void)gm__dev_behind(ctx, tm, x);
+    }
 }
 
 GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor h, gm_stream s, gm_access a, void** ptr) {
