@@ -728,6 +728,62 @@ static void test_plan_room(size_t dev, size_t host, int moves) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Learned order: a written tensor that Belady's order sends to disk starts
+   its write when it is released (gpumem.h, gm__rel_do), once its use
+   completed, with no other call: its disk copy lands while it stays on the
+   device, and its bytes are those the use wrote. A write that fails there
+   leaves the tensor readable where it was. Six tensors of 1 MiB, forward
+   then backward, on a device of 3 MiB and a host tier of 1 MiB: the first
+   two of the forward pass are used farthest ahead, and leave. */
+static void test_release_write(void) {
+    enum { N = 6, STEPS = 3 };
+    gm_context* ctx = disk_ctx(3 * MiB, 1 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[N];
+    unsigned seed[N] = {0};
+    gm_tier_stats ts;
+    int i, q, step, landed = 0;
+    long failed = 0;
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 1, NULL, NULL));
+    for (i = 0; i < N; i++) T_OK(gm_tensor_create(ctx, &t[i], MiB));
+    for (step = 0; step < STEPS + 2; step++) {
+        if (step == STEPS + 1) T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1)); /* the next write fails */
+        for (q = 0; q < 2 * N; q++) {
+            gm_tensor_info in;
+            int k;
+            i = q < N ? q : 2 * N - 1 - q;
+            use_rw(ctx, t[i], MiB, &seed[i]);
+            if (step < STEPS || q > 1) continue;
+            gm_device_synchronize(ctx); /* the use completed; no call but these two from now */
+            for (k = 0; k < 2000; k++) { /* its write lands (finished jobs apply at every call) */
+                T_OK(gm_tier_get_stats(ctx, &ts));
+                T_OK(gm_tensor_get_info(ctx, t[i], &in));
+                if (in.on_disk || ts.disk_errors > failed) break;
+                usleep(1000);
+            }
+            if (in.on_disk) {
+                landed++;
+                T_EQ(in.tier, GM_TIER_DEVICE);
+            }
+            if (ts.disk_errors > failed) { /* the injected failure: nothing lost */
+                failed = (long)ts.disk_errors;
+                verify(ctx, t[i], MiB, seed[i], NULL);
+            }
+        }
+        T_OK(gm_tier_step(ctx));
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_CHECK(landed >= 2);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.disk_errors, 1);
+    for (i = 0; i < N; i++) { /* every tensor holds its last use's bytes, read back from disk too */
+        T_OK(gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK));
+        verify(ctx, t[i], MiB, seed[i], NULL);
+        T_OK(gm_tensor_destroy(ctx, t[i]));
+    }
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -747,6 +803,7 @@ int main(int argc, char** argv) {
     test_full_swap();
     test_host_budget();
     test_walk_mostly_disk();
+    test_release_write();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
     test_full_walk(WALK_STEPS / 2);
