@@ -900,8 +900,9 @@ GPUMEM_API gm_result gm_tier_reset_peaks(gm_context* ctx);
    brought in early (never evicting one needed sooner). While the plan
    evicts (in this step or the last), the next victim is written behind:
    its copy to host starts at once, into free host room, and its device
-   copy stays until the room is needed, then goes without a wait. fn and
-   user serve GM_EVICT_CUSTOM. */
+   copy stays until the room is needed, then goes without a wait. With a
+   disk tier, a written tensor the plan sends to disk starts its write to
+   disk when it is released. fn and user serve GM_EVICT_CUSTOM. */
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
                                         void* user);
 GPUMEM_API gm_result gm_tier_step(gm_context* ctx);

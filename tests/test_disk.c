@@ -750,6 +750,7 @@ static void test_release_write(void) {
         for (q = 0; q < 2 * N; q++) {
             gm_tensor_info in;
             int k;
+            memset(&in, 0, sizeof in);
             i = q < N ? q : 2 * N - 1 - q;
             use_rw(ctx, t[i], MiB, &seed[i]);
             if (step < STEPS || q > 1) continue;
