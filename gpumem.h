@@ -8977,50 +8977,28 @@ static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm
 
 /* Writes x to a new extent of the spill file and waits: from its host copy
    when it has one (once whole), else from the device through the staging
-   slots (copies on `out`). On failure the extent goes back and x is
+   slots: the write behind of either kind (gm__disk_behind, gm__dev_behind),
+   then a wait for it alone. On failure the extent goes back and x is
    unchanged. */
 static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__block* e;
     gm_result r;
-    uint32_t crc = 0;
     if (x->job) (void)gm__io_wait(ctx, tm, x); /* a write under way may do */
     if (x->disk_valid) return GM_OK;
     if (!dk) return GM_ERR_UNSUPPORTED;
     if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
-    if (x->host_valid || x->blank) {
-        if (!x->host_valid) { /* blank on the device: an extent is the copy */
-            if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
-            gm__tier_count(tm, x, -1);
-            x->disk = e;
-            x->disk_valid = 1;
-            gm__tier_count(tm, x, 1);
-            return GM_OK;
-        }
-        r = gm__disk_behind(ctx, tm, x);
-        if (r == GM_OK) r = gm__io_wait(ctx, tm, x);
-        return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
+    if (!x->host_valid && x->blank) { /* blank on the device: an extent is the copy */
+        if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
+        gm__tier_count(tm, x, -1);
+        x->disk = e;
+        x->disk_valid = 1;
+        gm__tier_count(tm, x, 1);
+        return GM_OK;
     }
-    e = gm__disk_alloc(ctx, dk, x->bytes);
-    if (!e) return GM_ERR_DISK_FULL;
-    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm));
-    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
-    r = gm__disk_staged(dk, GM__J_WRITE_DEV, gm__disk_off(dk, e), x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST,
-                        GM__OUT(tm), &crc);
-    if (r == GM_OK) x->out_seq = gm__tk_mark(ctx, tm, GM__TK_OUT); /* done: every staging copy was waited for */
-    if (r != GM_OK) {
-        gm__arena_give(&dk->ar, e);
-        gm__log(ctx, GM_LOG_WARN, "tier: writing tensor %#x (%zu bytes) to disk failed (%s); it stays on the device",
-                gm__handle_id(tm, x), x->bytes, gm_result_string(r));
-        return r;
-    }
-    gm__tier_count(tm, x, -1);
-    x->disk = e;
-    x->disk_valid = 1;
-    x->crc = crc;
-    gm__tier_count(tm, x, 1);
-    tm->st.bytes_to_disk += (int64_t)x->bytes;
-    return GM_OK;
+    r = x->host_valid ? gm__disk_behind(ctx, tm, x) : gm__dev_behind(ctx, tm, x);
+    if (r == GM_OK) r = gm__io_wait(ctx, tm, x);
+    return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
 }
 
 /* Whether a copy above the host tier holds x's bytes: its unified-memory
