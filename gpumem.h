@@ -1187,8 +1187,7 @@ struct gm__block {
     size_t size;
     gm__block *prev, *next; /* address-ordered neighbours in the segment */
     gm__block *l, *r;       /* free: treap children; pending: list links */
-    gm__seg* seg;
-    uintptr_t key;          /* free: the tree key (the segment's owner) */
+    gm__seg* seg;           /* free: its key in the tree is seg->key (the segment's owner) */
     uint32_t prio;          /* treap priority */
     uint8_t state;
     uint8_t owner;          /* USED: who holds it (GM__OWN_*) */
@@ -1203,6 +1202,11 @@ struct gm__block {
                                these bytes must order itself after; merged by max
                                when blocks coalesce, kept by both halves of a split */
 };
+/* A record is two cache lines on 64-bit targets (GM__REC_STRIDE rounds it
+   to whole lines): a field more would cost every block, and every tensor
+   on the device, a third line. */
+typedef char gm__block_fits_two_lines[sizeof(void*) != 8 || sizeof(gm__block) <= 128 ? 1 : -1];
+
 /* Who holds a USED block of the caching allocator: gm_free and
    gm_record_stream take only the caller's own (GM__OWN_USER). */
 enum { GM__OWN_USER = 0, GM__OWN_TENSOR = 1, GM__OWN_PLAN = 2 };
@@ -3256,8 +3260,13 @@ static GM__HOT void gm__stat_add(gm_stat* s3, int pool, int64_t d) {
      inactive_split(_bytes) the FREE blocks of segments that have more than
      one block (PyTorch's "non-releasable" memory).
    Best fit is one lower_bound: O(log n) expected. */
+/* A free block's key in the tree: its segment's owner (gm__arena_rekey
+   takes a segment's blocks out of the tree while it changes). */
+static uintptr_t gm__bkey(const gm__block* b) { return b->seg->key; }
+
 static int gm__tr_cmp(const gm__block* a, uintptr_t key, size_t size, uintptr_t addr) {
-    if (a->key != key) return a->key < key ? -1 : 1;
+    uintptr_t ak = gm__bkey(a);
+    if (ak != key) return ak < key ? -1 : 1;
     if (a->size != size) return a->size < size ? -1 : 1;
     if (a->addr != addr) return a->addr < addr ? -1 : 1;
     return 0;
@@ -3265,7 +3274,7 @@ static int gm__tr_cmp(const gm__block* a, uintptr_t key, size_t size, uintptr_t 
 
 static gm__block* gm__tr_insert(gm__block* t, gm__block* n) {
     if (!t) return n;
-    if (gm__tr_cmp(n, t->key, t->size, t->addr) < 0) {
+    if (gm__tr_cmp(n, gm__bkey(t), t->size, t->addr) < 0) {
         t->l = gm__tr_insert(t->l, n);
         if (t->l->prio > t->prio) { /* rotate right */
             gm__block* x = t->l;
@@ -3299,7 +3308,7 @@ static gm__block* gm__tr_merge(gm__block* a, gm__block* b) {
 static gm__block* gm__tr_erase(gm__block* t, const gm__block* n) {
     if (!t) return NULL;
     if (t == n) return gm__tr_merge(t->l, t->r);
-    if (gm__tr_cmp(n, t->key, t->size, t->addr) < 0) t->l = gm__tr_erase(t->l, n);
+    if (gm__tr_cmp(n, gm__bkey(t), t->size, t->addr) < 0) t->l = gm__tr_erase(t->l, n);
     else t->r = gm__tr_erase(t->r, n);
     return t;
 }
@@ -3310,7 +3319,6 @@ static void gm__arena_tree_add(gm__arena* a, gm__block* b) {
     a->rng ^= a->rng << 5;
     b->prio = a->rng;
     b->l = b->r = NULL;
-    b->key = b->seg->key;
     a->root = gm__tr_insert(a->root, b);
     a->nfree++;
     a->nwhole += !b->prev && !b->next;
@@ -3473,21 +3481,21 @@ static gm__block* gm__arena_find(const gm__arena* a, uintptr_t key, size_t size)
             t = t->r;
         }
     }
-    return best && best->key == key ? best : NULL;
+    return best && gm__bkey(best) == key ? best : NULL;
 }
 
 /* The free block after b in the tree's order, of b's key; NULL if none. */
 static gm__block* gm__arena_after(const gm__arena* a, const gm__block* b) {
     gm__block *t = a->root, *best = NULL;
     while (t) {
-        if (gm__tr_cmp(t, b->key, b->size, b->addr) > 0) {
+        if (gm__tr_cmp(t, gm__bkey(b), b->size, b->addr) > 0) {
             best = t;
             t = t->l;
         } else {
             t = t->r;
         }
     }
-    return best && best->key == b->key ? best : NULL;
+    return best && gm__bkey(best) == gm__bkey(b) ? best : NULL;
 }
 
 /* Takes free block b for `size` bytes; splits the rest off as a new free
@@ -3648,16 +3656,13 @@ static void gm__arena_check_tree(gm__ck* ck, gm__tree_walk* w, const gm__block* 
         gm__broken(ck, "%s: free tree: block %#lx has priority %u, below its right child %#lx's %u", w->nm,
                    (unsigned long)t->addr, t->prio, (unsigned long)t->r->addr, t->r->prio);
     gm__arena_check_tree(ck, w, t->l, depth + 1);
-    if (w->last && gm__tr_cmp(w->last, t->key, t->size, t->addr) >= 0)
+    if (w->last && gm__tr_cmp(w->last, gm__bkey(t), t->size, t->addr) >= 0)
         gm__broken(ck, "%s: free tree out of order: block %#lx (%zu bytes, key %#lx) follows %#lx (%zu bytes, key %#lx)",
-                   w->nm, (unsigned long)t->addr, t->size, (unsigned long)t->key, (unsigned long)w->last->addr,
-                   w->last->size, (unsigned long)w->last->key);
+                   w->nm, (unsigned long)t->addr, t->size, (unsigned long)gm__bkey(t), (unsigned long)w->last->addr,
+                   w->last->size, (unsigned long)gm__bkey(w->last));
     if (t->state != GM__FREE)
         gm__broken(ck, "%s: the free tree holds block %#lx (%zu bytes), which is %s", w->nm, (unsigned long)t->addr,
                    t->size, gm__state_name(t->state));
-    else if (t->key != t->seg->key)
-        gm__broken(ck, "%s: free block %#lx has tree key %#lx, its segment's is %#lx", w->nm, (unsigned long)t->addr,
-                   (unsigned long)t->key, (unsigned long)t->seg->key);
     w->last = t;
     w->n++;
     gm__arena_check_tree(ck, w, t->r, depth + 1);
