@@ -8231,6 +8231,10 @@ static uint64_t gm__disk_off(const gm__disk* dk, const gm__block* b) { return (u
      that lets go of them meanwhile (written, destroyed) leaves them to the
      job, which frees them when it is applied; finished jobs are applied
      (tm->mu) at the start of every call;
+   - a job that holds the device copy, a write from it or a read into it
+     (a read ahead straight from disk: the tensor is then on the device,
+     prefetched, its copy whole once the read is applied), ends before the
+     device copy is used, moved or freed: those wait for it (gm__dev_settle);
    - when the host tier is full, host copies make room: first those that
      another tier also holds (dropped), then the coldest others (written to
      disk, then dropped);
@@ -8834,6 +8838,23 @@ static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
             gm__log(ctx, GM_LOG_WARN, "tier: writing tensor %#x (%zu bytes) to disk failed (%s); it stays in the %s tier",
                     gm__handle_id(tm, x), x->bytes, gm_result_string(j->res), x->dev ? "device" : "host");
         }
+    } else if (j->kind == GM__J_READ_DEV) { /* read ahead into the device (gm__dev_ahead) */
+        if (j->res == GM_OK) {
+            x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN); /* after every staging copy into it */
+            tm->st.bytes_from_disk += (int64_t)x->bytes;
+            tm->st.bytes_to_device += (int64_t)x->bytes;
+            gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) read from disk into the device ahead of use",
+                    gm__handle_id(tm, x), x->bytes);
+        } else {
+            gm__lru_del(tm, x);
+            gm__free(ctx, x->dev, GM__OWN_TENSOR); /* on `in`, after the copies into it */
+            x->dev = NULL;
+            x->prefetched = 0;
+            tm->st.prefetch_wasted++;
+            gm__log(ctx, j->res == GM_ERR_CHECKSUM ? GM_LOG_ERROR : GM_LOG_WARN, "tier: reading tensor %#x (%zu bytes) "
+                    "from disk into the device failed (%s); it stays on disk", gm__handle_id(tm, x), x->bytes,
+                    j->res == GM_ERR_CHECKSUM ? "its checksum differs" : gm_result_string(j->res));
+        }
     } else {
         if (j->res == GM_OK) {
             x->host_valid = 1;
@@ -8877,11 +8898,20 @@ static gm_result gm__io_wait(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return r;
 }
 
+/* A disk job that holds x's device copy, a write behind reading it or a
+   read ahead filling it, ends before anyone writes, moves or frees that
+   copy: they wait here first (after a failed read the device copy is
+   gone, and x is on disk). */
+static void gm__dev_settle(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    if (x->job && (x->job->kind == GM__J_WRITE_DEV || x->job->kind == GM__J_READ_DEV)) (void)gm__io_wait(ctx, tm, x);
+}
+
 /* x lets go of its job's host block and extent (written, or destroyed):
    they are the job's until it is applied. */
 static void gm__job_detach(gm__tier* tm, gm__tensor* x) {
     gm__job* j = x->job;
     if (!j) return;
+    GPUMEM_ASSERT(j->kind != GM__J_READ_DEV); /* its callers settled it: the device memory is x's */
     gm__tier_count(tm, x, -1);
     j->ti = UINT32_MAX;
     j->ext = x->disk;
@@ -9149,7 +9179,8 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
     int clean;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
-    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* written behind: it ends soonest */
+    gm__dev_settle(ctx, tm, x); /* a write behind ends soonest; a read ahead first lands */
+    if (!x->dev) return GM_OK; /* its read ahead failed: it is on disk, its room given back */
     clean = x->host_valid || x->disk_valid;
     if (!clean && x->blank) { /* never written: room below is its copy, and nothing moves */
         gm__block* hb = x->host ? x->host : gm__host_alloc(ctx, tm, x->bytes);
@@ -10638,6 +10669,47 @@ static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int ove
     gm__learn_follow(ctx, tm, (uint32_t)(x - tm->t));
 }
 
+/* Starts reading x (on disk only) straight into device room made for it
+   now, through the staging slots: for a tensor due within the prefetch
+   window when the host tier has no room to read it into. The room is a
+   prefetch's (only tensors used after `after` acquires leave for it). x is
+   on the device from now, prefetched, its copy whole once the job is
+   applied (ready_seq); whoever would use, move or free that copy waits for
+   the job first (gm__dev_settle), and a failed read gives the room back and
+   leaves x on disk. Returns whether it started. */
+static int gm__dev_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, uint64_t after) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__job* j;
+    gm_result r;
+    if (!dk || x->job || x->host || !x->disk_valid || x->blank || x->dev || x->managed || x->acquired) return 0;
+    if (!(j = gm__job_new(dk, GM__J_READ_DEV, gm__disk_off(dk, x->disk), x->bytes))) return 0;
+    gm__tier_count(tm, x, -1);
+    tm->evict_after = after;
+    x->acquired++; /* not a victim of its own room */
+    r = gm__dev_room(ctx, tm, x, s, 1, 0);
+    x->acquired--;
+    tm->evict_after = 0;
+    if (r != GM_OK || !x->dev) {
+        gm__tier_count(tm, x, 1);
+        gm__job_free(j);
+        return 0;
+    }
+    j->dev = x->dev;
+    j->ckind = GM_COPY_HOST_TO_DEVICE;
+    j->copy = GM__IN(tm);
+    j->want = x->crc;
+    j->ti = (uint32_t)(x - tm->t);
+    j->gen = x->gen;
+    x->job = j;
+    x->prefetched = 1;
+    gm__tier_count(tm, x, 1);
+    gm__lru_push(tm, x);
+    gm__job_submit(dk, j, 0);
+    gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) is read from disk into the device ahead of use",
+            gm__handle_id(tm, x), x->bytes);
+    return 1;
+}
+
 static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
     uint32_t q, end;
     int next = tm->ph[tm->cur].next;
@@ -10651,7 +10723,7 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         gm_result r;
         if (!y->live || y->dev || y->managed || y->acquired) continue;
         if (!ow && !y->blank && !y->host_valid && (y->job || y->disk_valid)) { /* on disk: into the host tier first */
-            (void)gm__read_ahead(ctx, tm, y, q);
+            if (!gm__read_ahead(ctx, tm, y, q) && !y->job) (void)gm__dev_ahead(ctx, tm, y, s, q); /* or no room there */
             continue;
         }
         tm->evict_after = q;
@@ -11069,7 +11141,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
         pthread_mutex_unlock(&tm->mu);
         return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: destroy of tensor %#x while acquired", h.id);
     }
-    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
+    gm__dev_settle(ctx, tm, x);
     gm__job_detach(tm, x); /* a disk job under way keeps what it moves */
     gm__tier_count(tm, x, -1);
     gm__lru_del(tm, x);
@@ -11107,7 +11179,7 @@ static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h
 }
 
 static void gm__acq_hold(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    if (x->job && x->job->kind == GM__J_WRITE_DEV) (void)gm__io_wait(ctx, tm, x); /* it reads the device copy */
+    gm__dev_settle(ctx, tm, x);
     if (!x->acquired++) x->use_wr = x->use_ow = 0, x->use_last = 1; /* the first of a nest */
     gm__lru_del(tm, x);
 }
@@ -11469,7 +11541,10 @@ GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier ti
         GM__TIER_ENTER(ctx, tm, x, h)
         if (x->acquired) r = GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: evict of tensor %#x while acquired", h.id);
         else if (!ctx->disk) r = GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: no disk tier (set disk_dir)");
-        else r = gm__to_disk(ctx, tm, x);
+        else {
+            gm__dev_settle(ctx, tm, x);
+            r = gm__to_disk(ctx, tm, x);
+        }
         if (r == GM_OK && x->dev) {
             gm__tier_count(tm, x, -1);
             gm__dev_drop(ctx, tm, x);
@@ -11689,6 +11764,8 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
         if (x->job && (x->job->ti != i || x->job->gen != x->gen || !x->disk ||
                        (x->job->kind == GM__J_WRITE_MEM ? !x->host_valid || x->disk_valid
                         : x->job->kind == GM__J_WRITE_DEV ? !x->dev || x->disk_valid || x->dev != x->job->dev
+                        : x->job->kind == GM__J_READ_DEV  ? !x->dev || x->host || !x->disk_valid || x->dev != x->job->dev ||
+                                                               x->blank || x->acquired
                                                           : !x->host || x->host_valid || !x->disk_valid)))
             gm__broken(ck, "tier: tensor %#x (%zu bytes) and its disk job (%s) disagree", id, x->bytes,
                        gm__job_name(x->job->kind));

@@ -785,6 +785,51 @@ static void test_release_write(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Learned order reads a tensor due soon straight from disk into the
+   device when the host tier has no room for it (here: a host tier smaller
+   than any tensor), so that its acquire finds it there: a prefetch hit.
+   gm_check runs while those reads are under way; an injected read failure
+   leaves the tensor on disk, to be read again when acquired; eviction to
+   disk and destroy wait for a read still under way. */
+static void test_read_into_device(void) {
+    enum { N = 6, STEPS = 4 };
+    gm_context* ctx = disk_ctx(3 * MiB, 512 * 1024, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[N];
+    unsigned seed[N] = {0};
+    gm_tier_stats ts;
+    int i, step;
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < N; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], MiB));
+        use_rw(ctx, t[i], MiB, &seed[i]);
+    }
+    T_OK(gm_tier_step(ctx));
+    for (step = 0; step < STEPS; step++) {
+        if (step == STEPS - 1) T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_READ, 1)); /* the next chunk read fails */
+        for (i = 0; i < N; i++) {
+            verify(ctx, t[i], MiB, seed[i], NULL);
+            T_EQ(gm_check(ctx), 0);
+        }
+        T_OK(gm_tier_step(ctx));
+    }
+    memset(&ts, 0, sizeof ts);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.prefetch_hits >= (int64_t)(STEPS - 1) * (N - 3)); /* with no host room, only reads into the device prefetch */
+    T_CHECK(ts.host_bytes == 0 && ts.bytes_from_disk > 0);
+    T_EQ(ts.disk_errors, 1);
+    for (i = 0; i < N; i++) { /* reads under way for the next step's first tensors end first */
+        T_OK(gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK));
+        T_EQ(gm_check(ctx), 0);
+        verify(ctx, t[i], MiB, seed[i], NULL);
+    }
+    T_OK(gm_tier_step(ctx));
+    verify(ctx, t[0], MiB, seed[0], NULL);
+    for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_EQ(gm_check(ctx), 0);
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -805,6 +850,7 @@ int main(int argc, char** argv) {
     test_host_budget();
     test_walk_mostly_disk();
     test_release_write();
+    test_read_into_device();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
     test_full_walk(WALK_STEPS / 2);
