@@ -10,12 +10,7 @@
 
 /* Under a sanitizer every byte the kernels touch is instrumented: a smaller
    walk of smaller tensors keeps the run in seconds. */
-#if defined(__SANITIZE_THREAD__) /* several times slower again: shorter walks, the threaded ones as long */
-#define WALK_STEPS 600
-#define BIG_MAX (256 * KiB)
-#define COMPACT_STEPS 120
-#define MT_BIG_STEPS 100
-#elif defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define WALK_STEPS 1500
 #define BIG_MAX (256 * KiB)
 #define COMPACT_STEPS 250 /* the walks of large tensors (1 to 4 MiB, where compaction works) */
