@@ -8012,17 +8012,26 @@ static void gm__job_free(gm__job* j) {
     GPUMEM_FREE(j);
 }
 
-/* Runs a staged job (device memory and the file) and waits for it: what
-   the manager does when no host memory can carry the bytes. */
-static gm_result gm__disk_staged(gm__disk* dk, int kind, uint64_t off, void* dev, size_t bytes,
-                                 gm_copy_kind ckind, gm_stream copy, uint32_t* crc) {
+/* A staged job (device memory and the file, through the staging slots,
+   the copies on `copy`), not yet submitted; NULL without host memory. */
+static gm__job* gm__staged_new(gm__disk* dk, int kind, uint64_t off, void* dev, size_t bytes, gm_copy_kind ckind,
+                               gm_stream copy, uint32_t want) {
     gm__job* j = gm__job_new(dk, kind, off, bytes);
-    gm_result r;
-    if (!j) return GM_ERR_HOST_OUT_OF_MEMORY;
+    if (!j) return NULL;
     j->dev = dev;
     j->ckind = ckind;
     j->copy = copy;
-    j->want = *crc;
+    j->want = want;
+    return j;
+}
+
+/* Runs a staged job and waits for it: what the manager does when no host
+   memory can carry the bytes. */
+static gm_result gm__disk_staged(gm__disk* dk, int kind, uint64_t off, void* dev, size_t bytes,
+                                 gm_copy_kind ckind, gm_stream copy, uint32_t* crc) {
+    gm__job* j = gm__staged_new(dk, kind, off, dev, bytes, ckind, copy, *crc);
+    gm_result r;
+    if (!j) return GM_ERR_HOST_OUT_OF_MEMORY;
     j->sync = 1;
     gm__job_submit(dk, j, 1);
     gm__job_wait(dk, j);
@@ -10682,22 +10691,20 @@ static int gm__dev_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream
     gm__job* j;
     gm_result r;
     if (!dk || x->job || x->host || !x->disk_valid || x->blank || x->dev || x->managed || x->acquired) return 0;
-    if (!(j = gm__job_new(dk, GM__J_READ_DEV, gm__disk_off(dk, x->disk), x->bytes))) return 0;
     gm__tier_count(tm, x, -1);
     tm->evict_after = after;
     x->acquired++; /* not a victim of its own room */
     r = gm__dev_room(ctx, tm, x, s, 1, 0);
     x->acquired--;
     tm->evict_after = 0;
-    if (r != GM_OK || !x->dev) {
+    j = r == GM_OK && x->dev ? gm__staged_new(dk, GM__J_READ_DEV, gm__disk_off(dk, x->disk), x->dev, x->bytes,
+                                              GM_COPY_HOST_TO_DEVICE, GM__IN(tm), x->crc) : NULL;
+    if (!j) { /* no room, or no job: the room (just taken on `in`, unused) goes back */
+        if (x->dev) gm__free(ctx, x->dev, GM__OWN_TENSOR);
+        x->dev = NULL;
         gm__tier_count(tm, x, 1);
-        gm__job_free(j);
         return 0;
     }
-    j->dev = x->dev;
-    j->ckind = GM_COPY_HOST_TO_DEVICE;
-    j->copy = GM__IN(tm);
-    j->want = x->crc;
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->job = j;
@@ -10723,7 +10730,7 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         gm_result r;
         if (!y->live || y->dev || y->managed || y->acquired) continue;
         if (!ow && !y->blank && !y->host_valid && (y->job || y->disk_valid)) { /* on disk: into the host tier first */
-            if (!gm__read_ahead(ctx, tm, y, q) && !y->job) (void)gm__dev_ahead(ctx, tm, y, s, q); /* or no room there */
+            if (!gm__read_ahead(ctx, tm, y, q)) (void)gm__dev_ahead(ctx, tm, y, s, q); /* or no room there */
             continue;
         }
         tm->evict_after = q;
