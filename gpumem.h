@@ -9211,7 +9211,16 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         /* learned order: a tensor Belady's order sends to disk takes only free host room
            (else it goes straight to disk), never room other copies would have to leave */
         int away = ctx->disk && GM__PLANNED(tm) && gm__leaves(tm, (uint32_t)(x - tm->t));
-        if (fresh) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x);
+        if (fresh && !away && ctx->disk && GM__PLANNED(tm)) { /* a full host tier: x is the one that goes when
+                                                                  the copy it would push out is used sooner */
+            x->host = gm__host_alloc(ctx, tm, x->bytes);
+            if (!x->host) {
+                gm__tensor* v = gm__host_victim(tm, x, 1, 0);
+                away = v && !GM__HOLDS(v) &&
+                       gm__next_use(tm, (uint32_t)(v - tm->t)) < gm__next_use(tm, (uint32_t)(x - tm->t));
+            }
+        }
+        if (fresh && !x->host) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x);
         if (x->host) {
             r = gm__copy_out(ctx, tm, x);
             if (r != GM_OK) {

@@ -834,6 +834,58 @@ static void test_read_into_device(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Learned order with the disk tier: a tensor leaving the device goes to
+   disk itself when the host copy that would have to leave for it is used
+   sooner (Belady's order sends away the tensor used farthest ahead, and
+   the one leaving may be it). t0 is used once a step, t1..t3 twice; the
+   plan counts on 4 MiB (a 2 MiB device and a 2 MiB host tier) but a pinned
+   tensor leaves the device room for one, so that one must be on disk.
+   Once the plan's room is tuned: when t0 leaves the device for t1, it goes
+   to disk (before: into the host tier, pushing out t2 or t3, used next),
+   and each step moves 3 MiB each way (Belady's 2: t0 and t3 read and
+   written once, and 1 for the copy in transit; before: 4). */
+static void test_write_around(void) {
+    enum { STEPS = 16, LAST = 4 };
+    static const int seq[] = {0, 1, 2, 3, 1, 2, 3};
+    gm_context* ctx = disk_ctx(2 * MiB, 2 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[4], pin;
+    unsigned seed[4] = {0}, pseed = 0;
+    int i, step, away = 0;
+    gm_tier_stats s0, s1;
+    memset(&s0, 0, sizeof s0);
+    memset(&s1, 0, sizeof s1);
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 0, NULL, NULL));
+    T_OK(gm_tensor_create(ctx, &pin, MiB));
+    use_rw(ctx, pin, MiB, &pseed);
+    T_OK(gm_tensor_set_priority(ctx, pin, 0, 1));
+    for (i = 0; i < 4; i++) T_OK(gm_tensor_create(ctx, &t[i], MiB));
+    for (step = 0; step < STEPS; step++) {
+        if (step == STEPS - LAST) T_OK(gm_tier_get_stats(ctx, &s0));
+        for (i = 0; i < (int)(sizeof seq / sizeof seq[0]); i++) {
+            use_rw(ctx, t[seq[i]], MiB, &seed[seq[i]]);
+            if (step >= STEPS - LAST && i == 1) away += where(ctx, t[0]) == GM_TIER_DISK; /* t0 left for t1 */
+            T_EQ(gm_check(ctx), 0);
+        }
+        T_OK(gm_tier_step(ctx));
+    }
+    T_OK(gm_tier_get_stats(ctx, &s1));
+    T_EQ(away, LAST);
+    T_EQ(s1.plan_cache_bytes, (long long)(4 * MiB));
+    if (!T_CHECK(s1.bytes_from_disk - s0.bytes_from_disk <= (int64_t)(3 * LAST * MiB) &&
+                 s1.bytes_to_disk - s0.bytes_to_disk <= (int64_t)(3 * LAST * MiB)))
+        printf("  (%lld bytes read, %lld written in %d steps)\n", (long long)(s1.bytes_from_disk - s0.bytes_from_disk),
+               (long long)(s1.bytes_to_disk - s0.bytes_to_disk), LAST);
+    T_EQ(s1.disk_errors, 0);
+    for (i = 0; i < 4; i++) {
+        verify(ctx, t[i], MiB, seed[i], NULL);
+        T_OK(gm_tensor_destroy(ctx, t[i]));
+    }
+    T_OK(gm_tensor_destroy(ctx, pin));
+    T_EQ(gm_check(ctx), 0);
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -855,6 +907,7 @@ int main(int argc, char** argv) {
     test_walk_mostly_disk();
     test_release_write();
     test_read_into_device();
+    test_write_around();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
     test_full_walk(WALK_STEPS / 2);
