@@ -173,8 +173,9 @@
       only the segments holding a free block large enough; expandable
       segments walk the pool's blocks, as do a custom policy (it sees every
       candidate) and host-tier victims with a disk tier; a batch of n is
-      O(n^2); gm_tier_step is O(plan + tensors), plus with a disk tier
-      Belady's order, O(plan x tensors held).
+      O(n^2); gm_tier_step is O(plan + tensors), plus Belady's order,
+      O(plan log plan) for the device and, with a disk tier, for the
+      device and host tiers together.
 
     THE DISK TIER
     =============
@@ -8576,6 +8577,7 @@ static gm_result gm__tk_of(gm_context* ctx, gm__tier* tm, gm_stream s, uint32_t*
 #define GM__PLANNED(tm) ((tm)->policy == GM_EVICT_LEARNED && (tm)->nplan && !(tm)->lost)
 static uint64_t gm__next_use(const gm__tier* tm, uint32_t i);
 static int gm__leaves(const gm__tier* tm, uint32_t i);
+static int gm__leaves_dev(const gm__tier* tm, uint32_t i);
 
 #define GM__LRU(tm, k) (&(tm)->t[(k) - 1])
 static uint32_t gm__lru_key(gm__tier* tm, gm__tensor* x) { return (uint32_t)(x - tm->t) + 1; }
@@ -10766,7 +10768,8 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         gm__tensor* v = gm__victim(ctx, tm, 0, NULL);
         if (v && !v->pinned) { /* to disk when Belady's order sends it there, else to free host room */
             if (ctx->disk && gm__leaves(tm, (uint32_t)(v - tm->t))) (void)gm__dev_behind(ctx, tm, v);
-            else gm__write_behind(ctx, tm, v);
+            else if (gm__leaves_dev(tm, (uint32_t)(v - tm->t))) gm__write_behind(ctx, tm, v); /* it is not written
+                                                                                               again first */
         }
     }
     gm__host_clean(ctx, tm);
@@ -10852,75 +10855,135 @@ static void gm__tune_step(gm_context* ctx, gm__tier* tm, gm__tune* u, int same, 
     u->steps = 0;
 }
 
-/* Belady's order over the plan, with the device and host budgets, less
-   tu's room, as one cache, run twice around the step (the second time in steady
-   state): for every use of every tensor, whether the tensor leaves the
-   cache (for disk) before its next use. Clocks are absolute (pass * plan +
-   position); each eviction scans the tensors held: O(plan * held). */
+/* Belady's order over the plan, run twice around the step (the second
+   time in steady state): for every use of every tensor, whether the tensor
+   leaves the cache before its next use. Two caches: the device budget
+   (GM__LV_DEV: a written tensor copied out ahead of its eviction is not
+   written again first), and with a disk tier the device and host budgets
+   less tu's room as one cache (GM__LV_DISK: it goes to disk). Clocks are
+   absolute (pass * plan + position); the tensor used farthest ahead is the
+   top of a heap of (next use, tensor) entries, stale ones dropped as they
+   surface and the heap rebuilt from the held tensors when stale ones
+   outnumber them: O(plan log plan) for each cache. */
+#define GM__LV_DISK 1u
+#define GM__LV_DEV 2u
+typedef struct gm__bent { uint64_t next; uint32_t t; } gm__bent;
+
+static void gm__bheap_sift(gm__bent* h, uint32_t n, uint32_t i) {
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        gm__bent e;
+        if (l < n && h[l].next > h[m].next) m = l;
+        if (r < n && h[r].next > h[m].next) m = r;
+        if (m == i) return;
+        e = h[i], h[i] = h[m], h[m] = e;
+        i = m;
+    }
+}
+
+static void gm__bheap_push(gm__bent* h, uint32_t* n, uint64_t next, uint32_t t) {
+    uint32_t i = (*n)++;
+    while (i && h[(i - 1) / 2].next < next) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i].next = next;
+    h[i].t = t;
+}
+
+/* Scratch of one run, sized for the plan (n uses) and its tensors (nt). */
+typedef struct gm__bscr {
+    uint32_t *held, *slot, *curk, *occ; /* slot: place in held + 1; 0: not held */
+    uint64_t* next;                     /* when a held tensor is used next */
+    gm__bent* heap;                     /* room for 2 * nt + 1 entries */
+} gm__bscr;
+
+static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t bit) {
+    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0, nh = 0, k;
+    size_t used = 0;
+    memset(w->slot, 0, (size_t)nt * sizeof *w->slot);
+    for (pass = 0; pass < 2; pass++) {
+        for (t = 0; t < nt; t++) w->occ[t] = tm->use_first[t];
+        for (p = 0; p < n; p++) {
+            uint32_t u, first, end;
+            t = GM__PLAN_T(tm->plan[p]);
+            u = w->occ[t]++;
+            first = tm->use_first[t];
+            end = tm->use_first[t + 1];
+            if (!w->slot[t]) {
+                while (used + tm->t[t].bytes > cap && nheld) { /* the one used farthest ahead goes */
+                    uint32_t v = w->heap[0].t, j;
+                    int fresh = w->slot[v] && w->heap[0].next == w->next[v];
+                    w->heap[0] = w->heap[--nh];
+                    gm__bheap_sift(w->heap, nh, 0);
+                    if (!fresh) continue; /* stale: v left, or was used again since */
+                    if (pass) tm->leaves[w->curk[v]] |= bit;
+                    used -= tm->t[v].bytes;
+                    j = w->slot[v] - 1;
+                    w->held[j] = w->held[--nheld];
+                    w->slot[w->held[j]] = j + 1;
+                    w->slot[v] = 0;
+                }
+                if (used + tm->t[t].bytes > cap) continue; /* alone larger than the cache */
+                w->held[nheld++] = t;
+                w->slot[t] = nheld;
+                used += tm->t[t].bytes;
+            }
+            w->curk[t] = u;
+            w->next[t] = u + 1 < end ? (uint64_t)pass * n + tm->use_at[u + 1] : (uint64_t)(pass + 1) * n + tm->use_at[first];
+            if (nh == 2 * nt) { /* as many stale entries as live ones: only the held tensors' stay */
+                for (nh = 0, k = 0; k < nheld; k++) w->heap[nh].next = w->next[w->held[k]], w->heap[nh++].t = w->held[k];
+                for (k = nh / 2; k-- > 0;) gm__bheap_sift(w->heap, nh, k);
+            }
+            gm__bheap_push(w->heap, &nh, w->next[t], t);
+        }
+    }
+}
+
 static void gm__plan_belady(gm_context* ctx, gm__tier* tm, gm__tune* tu) {
-    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0;
-    uint32_t *held = NULL, *slot = NULL, *curk = NULL, *occ = NULL;
-    uint64_t* next = NULL;
-    size_t cap = ctx->budget + ctx->desc.host_budget, used = 0, cut;
+    uint32_t n = tm->nplan, nt = tm->n, t;
+    size_t cap = ctx->budget + ctx->desc.host_budget, cut, all = 0;
+    gm__bscr w;
     GPUMEM_FREE(tm->leaves);
     tm->leaves = NULL;
     tu->cap = 0;
-    if (!n || !ctx->disk) return; /* only the disk tier asks */
-    cut = (size_t)tu->k * gm__plan_big(tm);
-    cap -= cut < cap / 2 ? cut : cap / 2;
-    tu->cap = cap;
+    if (!n || tm->policy != GM_EVICT_LEARNED) return;
     tm->leaves = (uint8_t*)gm__calloc(n);
-    held = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *held);
-    slot = (uint32_t*)gm__calloc((size_t)nt * sizeof *slot); /* place in held + 1; 0: not held */
-    curk = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *curk); /* the use that last touched it */
-    occ = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *occ);
-    next = (uint64_t*)GPUMEM_MALLOC((size_t)nt * sizeof *next); /* when a held tensor is used next */
-    if (!tm->leaves || !held || !slot || !curk || !occ || !next) {
+    w.held = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.held);
+    w.slot = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.slot);
+    w.curk = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.curk); /* the use that last touched it */
+    w.occ = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.occ);
+    w.next = (uint64_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.next);
+    w.heap = (gm__bent*)GPUMEM_MALLOC(((size_t)2 * nt + 1) * sizeof *w.heap);
+    if (!tm->leaves || !w.held || !w.slot || !w.curk || !w.occ || !w.next || !w.heap) {
         GPUMEM_FREE(tm->leaves);
         tm->leaves = NULL;
         goto out;
     }
-    for (pass = 0; pass < 2; pass++) {
-        for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
-        for (p = 0; p < n; p++) {
-            uint32_t u, first, end;
-            t = GM__PLAN_T(tm->plan[p]);
-            u = occ[t]++;
-            first = tm->use_first[t];
-            end = tm->use_first[t + 1];
-            if (!slot[t]) {
-                while (used + tm->t[t].bytes > cap && nheld) { /* the one used farthest ahead goes */
-                    uint32_t j, far = 0, v;
-                    for (j = 1; j < nheld; j++)
-                        if (next[held[j]] > next[held[far]]) far = j;
-                    v = held[far];
-                    if (pass) tm->leaves[curk[v]] = 1;
-                    used -= tm->t[v].bytes;
-                    held[far] = held[--nheld];
-                    slot[held[far]] = far + 1;
-                    slot[v] = 0;
-                }
-                if (used + tm->t[t].bytes > cap) continue; /* alone larger than the cache */
-                held[nheld++] = t;
-                slot[t] = nheld;
-                used += tm->t[t].bytes;
-            }
-            curk[t] = u;
-            next[t] = u + 1 < end ? (uint64_t)pass * n + tm->use_at[u + 1] : (uint64_t)(pass + 1) * n + tm->use_at[first];
-        }
+    for (t = 0; t < nt; t++) /* the plan's tensors: a cache that holds them all loses none */
+        if (tm->use_first[t] != tm->use_first[t + 1]) all += tm->t[t].bytes;
+    if (all > ctx->budget) gm__belady_run(tm, &w, ctx->budget, GM__LV_DEV);
+    if (ctx->disk) {
+        cut = (size_t)tu->k * gm__plan_big(tm);
+        cap -= cut < cap / 2 ? cut : cap / 2;
+        tu->cap = cap;
+        if (all > cap) gm__belady_run(tm, &w, cap, GM__LV_DISK);
     }
 out:
-    GPUMEM_FREE(held);
-    GPUMEM_FREE(slot);
-    GPUMEM_FREE(curk);
-    GPUMEM_FREE(occ);
-    GPUMEM_FREE(next);
+    GPUMEM_FREE(w.held);
+    GPUMEM_FREE(w.slot);
+    GPUMEM_FREE(w.curk);
+    GPUMEM_FREE(w.occ);
+    GPUMEM_FREE(w.next);
+    GPUMEM_FREE(w.heap);
 }
 
-/* Whether Belady's order sends tensor i to disk before its next use, as of
-   now: its last use (in this step, else the plan's last) says. A tensor
-   the plan does not use leaves. */
-static int gm__leaves(const gm__tier* tm, uint32_t i) {
+/* Whether Belady's order sends tensor i out of the cache `bit` names
+   before its next use, as of now: its last use (in this step, else the
+   plan's last) says. A tensor the plan does not use leaves, and so does
+   every tensor when there is no plan's verdict. gm__leaves: to disk;
+   gm__leaves_dev: off the device. */
+static int gm__leaves_by(const gm__tier* tm, uint32_t i, uint8_t bit) {
     uint32_t lo, hi, first;
     if (!tm->leaves || i >= tm->nuse_first || tm->use_first[i] == tm->use_first[i + 1]) return 1;
     first = lo = tm->use_first[i];
@@ -10930,8 +10993,11 @@ static int gm__leaves(const gm__tier* tm, uint32_t i) {
         if (tm->use_at[mid] < tm->pos) lo = mid + 1;
         else hi = mid;
     }
-    return tm->leaves[lo > first ? lo - 1 : tm->use_first[i + 1] - 1];
+    return tm->leaves[lo > first ? lo - 1 : tm->use_first[i + 1] - 1] & bit;
 }
+
+static int gm__leaves(const gm__tier* tm, uint32_t i) { return gm__leaves_by(tm, i, GM__LV_DISK) != 0; }
+static int gm__leaves_dev(const gm__tier* tm, uint32_t i) { return gm__leaves_by(tm, i, GM__LV_DEV) != 0; }
 
 /* The step's acquires become a phase's plan (positions per tensor, CSR),
    which is active from now; a new step begins. */

@@ -483,6 +483,46 @@ static void test_learned_order(void) {
     T_CHECK(fb_ahead < fb_learned);
 }
 
+/* Learned order copies a written tensor out ahead of its eviction (write
+   behind) only when Belady's order on the device evicts it before its next
+   use: forward then backward over 16 written tensors with room for 8, each
+   step moves Belady's 16 MiB each way. Before, the tensor used farthest
+   ahead at the turns (the 8th of the forward pass, then of the backward)
+   was copied out, written again before it left, and copied out again: 18
+   MiB out a step. */
+static void test_write_behind_count(void) {
+    enum { L = 16, STEPS = 6 };
+    gm_context* ctx = tier_ctx(8 * MiB + 64 * KiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm_tensor t[L];
+    unsigned seed[L];
+    gm_tier_stats a, b;
+    int i, k, q;
+    memset(&a, 0, sizeof a);
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+    for (i = 0; i < L; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], MiB));
+        seed[i] = 0;
+    }
+    for (k = 0; k < STEPS; k++) {
+        if (k == STEPS - 2) T_OK(gm_tier_get_stats(ctx, &a));
+        for (q = 0; q < 2 * L; q++) {
+            i = q < L ? q : 2 * L - 1 - q;
+            fill(ctx, t[i], MiB, seed[i] = (unsigned)(k * 64 + q + 1), NULL);
+        }
+        T_OK(gm_tier_step(ctx));
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_tier_get_stats(ctx, &b));
+    T_EQ(b.bytes_to_host - a.bytes_to_host, (long long)(2 * L * MiB));
+    T_EQ(b.bytes_to_device - a.bytes_to_device, (long long)(2 * L * MiB));
+    for (i = 0; i < L; i++) {
+        verify(ctx, t[i], MiB, seed[i], NULL);
+        T_OK(gm_tensor_destroy(ctx, t[i]));
+    }
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 /* A custom policy: the largest candidate goes. */
 static size_t pick_largest(gm_context* ctx, const gm_tensor* c, size_t n, void* user) {
     size_t i, best = 0;
@@ -1421,6 +1461,7 @@ int main(int argc, char** argv) {
     test_fallback_hook();
     test_prefetch();
     test_learned_order();
+    test_write_behind_count();
     test_learned_victims(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_learned_jumps();
     test_regressions();
