@@ -843,7 +843,8 @@ static void test_read_into_device(void) {
    Once the plan's room is tuned: when t0 leaves the device for t1, it goes
    to disk (before: into the host tier, pushing out t2 or t3, used next),
    and each step moves 3 MiB each way (Belady's 2: t0 and t3 read and
-   written once, and 1 for the copy in transit; before: 4). */
+   written once, and 1 for the copy in transit; before: 4). A write there
+   that fails loses nothing, and the acquire that made room succeeds. */
 static void test_write_around(void) {
     enum { STEPS = 16, LAST = 4 };
     static const int seq[] = {0, 1, 2, 3, 1, 2, 3};
@@ -876,6 +877,13 @@ static void test_write_around(void) {
         printf("  (%lld bytes read, %lld written in %d steps)\n", (long long)(s1.bytes_from_disk - s0.bytes_from_disk),
                (long long)(s1.bytes_to_disk - s0.bytes_to_disk), LAST);
     T_EQ(s1.disk_errors, 0);
+    /* t0's write to disk fails as it leaves for t1: t0 stays where it was, and t1's acquire finds room */
+    use_rw(ctx, t[0], MiB, &seed[0]);
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1));
+    use_rw(ctx, t[1], MiB, &seed[1]);
+    T_OK(gm_tier_get_stats(ctx, &s1));
+    T_EQ(s1.disk_errors, 1);
+    T_EQ(gm_check(ctx), 0);
     for (i = 0; i < 4; i++) {
         verify(ctx, t[i], MiB, seed[i], NULL);
         T_OK(gm_tensor_destroy(ctx, t[i]));
