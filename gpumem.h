@@ -899,9 +899,10 @@ GPUMEM_API gm_result gm_tier_reset_peaks(gm_context* ctx);
    plan for the next, the victim is the tensor used farthest ahead, and
    after each acquire the next `prefetch_ahead` tensors of the plan are
    brought in early (never evicting one needed sooner). While the plan
-   evicts (in this step or the last), the next victim is written behind:
-   its copy to host starts at once, into free host room, and its device
-   copy stays until the room is needed, then goes without a wait. With a
+   evicts (in this step or the last), the next victim is written behind
+   when Belady's order on the device evicts it before its next use: its
+   copy to host starts at once, into free host room, and its device copy
+   stays until the room is needed, then goes without a wait. With a
    disk tier, a written tensor the plan sends to disk starts its write to
    disk when it is released. fn and user serve GM_EVICT_CUSTOM. */
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
@@ -10534,9 +10535,11 @@ static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    next tensors of the plan, evicting only tensors used later than each of
    them (an overwrite's without its bytes); while the plan evicts (in this
    step or the last), the next victim's copy to host starts at once
-   (write-behind). */
+   (write-behind) when Belady's order on the device evicts it before its
+   next use. */
 /* >>tier: learned order by phase. Invariants: tm->plan, use_first,
-   use_at, nuse_first and leaves are ph[cur]'s (the phase owns them); rec
+   use_at, nuse_first and leaves (Belady's verdicts, GM__LV_*) are
+   ph[cur]'s (the phase owns them); rec
    holds the acquires since the phase's step began. A step's acquires
    become a phase's plan when it ends (gm_tier_step, or gm_tier_set_phase
    leaving it): the named phase's, or without names the phase whose plan
