@@ -60,8 +60,10 @@
    plan_cache_bytes; the measured steps come after the tuning), and for
    the disk rows the read rate beside the row. Then the
    learned rows again at 25 and 50 GB/s (PCIe 4 and 5). Prints tables
-   (the last: the disk rows against the run's fastest disk); writes CSV
-   at the end.
+   (then the disk rows against the run's fastest disk, and the tier rows'
+   MiB a step over the link and through the disk beside Belady's order's);
+   writes CSV at the end (with Belady's MiB a step, belady_link_mib_per_step
+   and belady_disk_mib_per_step).
 
    usage: spill [CSV] [DIR] [ROWS]   (default build/bench-spill.csv, /var/tmp;
    ROWS, e.g. "transformer learned+disk 2.0": only the rows whose workload,
@@ -466,6 +468,14 @@ static double bound_ms(const workload* w, size_t budget, double link, int disk, 
     return b;
 }
 
+/* Belady's traffic in MiB a step (both ways) for a row: over the link with
+   the device budget, or through the disk with the device and host tiers. */
+static double belady_mib(const workload* w, size_t budget, int disk) {
+    double in, out;
+    belady(w, disk ? budget + ws_of(w) / 4 : budget, &in, &out);
+    return (in + out) / (double)MiB;
+}
+
 static const char* names[] = {"raw", "caching", "lru", "learned", "managed", "lru+disk", "learned+disk"};
 
 static const char* g_rows; /* "workload mode ratio" filter, or NULL */
@@ -547,20 +557,22 @@ static void write_csv(FILE* csv) {
     fprintf(csv, "workload,link_gbs,mode,ratio,completed,step_ms,over_in_memory,bound_ms,over_bound,"
                  "moved_mib_per_step,link_fraction,disk_mib_per_step,queue_depth,queue_depth_disk_bound,disk_bound_share,"
                  "acquire_ms_per_step,plan_cache_mib,disk_write_mbs,disk_read_mbs,disk_both_mbs,bound_beside_ms,"
-                 "beside_read_mbs\n");
+                 "beside_read_mbs,belady_link_mib_per_step,belady_disk_mib_per_step\n");
     for (i = 0; i < g_nrec; i++) {
         const rowrec* rr = &g_recs[i];
         const workload* w = rr->w;
         result r = rr->r;
         int m = rr->m;
         double in_memory = compute_ms(w), bound, beside;
-        char c1[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32], d[3][32], b1[32], b2[32];
+        char c1[32], c3[32], c4[32], c5[32], c6[32], f1[32], f2[32], d[3][32], b1[32], b2[32], l1[32], l2[32];
         bound = bound_ms(w, rr->budget, rr->link, m >= 5, g_best);
         beside = m >= 5 ? bound_ms(w, rr->budget, rr->link, 1, rr->beside) : -1;
         for (k = 0; k < 3; k++) bench_field(d[k], sizeof d[k], "%.0f", m >= 5 && g_best[k] > 0 ? g_best[k] / 1e6 : -1);
         bench_field(b1, sizeof b1, "%.2f", beside);
         bench_field(b2, sizeof b2, "%.0f", m >= 5 && rr->beside[1] > 0 ? rr->beside[1] / 1e6 : -1);
-        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", w->name, rr->link / 1e9,
+        bench_field(l1, sizeof l1, "%.1f", m >= 2 && m != 4 ? belady_mib(w, rr->budget, 0) : -1);
+        bench_field(l2, sizeof l2, "%.1f", m >= 5 ? belady_mib(w, rr->budget, 1) : -1);
+        fprintf(csv, "%s,%.1f,%s,%.2f,%d,%.2f,%.3f,%s,%s,%.1f,%.3f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", w->name, rr->link / 1e9,
                 names[m], rr->ratio,
                 r.ok, r.step_ms, r.step_ms / in_memory, bench_field(f1, sizeof f1, "%.2f", bound),
                 bench_field(f2, sizeof f2, "%.3f", r.ok && bound > 0 ? r.step_ms / bound : -1), r.moved_mib, r.rate,
@@ -569,7 +581,7 @@ static void write_csv(FILE* csv) {
                 bench_field(c6, sizeof c6, "%.3f", r.ok && m >= 5 ? r.bound_share : -1),
                 bench_field(c4, sizeof c4, "%.2f", r.ok && m >= 2 ? r.acq_ms : -1),
                 bench_field(c1, sizeof c1, "%.0f", r.ok && m == 6 && r.plan_mib > 0 ? r.plan_mib : -1), d[0], d[1], d[2],
-                b1, b2);
+                b1, b2, l1, l2);
     }
 }
 
@@ -592,6 +604,24 @@ static void final_table(void) {
         printf("%-12s %5.1f %6.1f %-12s | %9s %9s %8s\n", rr->w->name, rr->link / 1e9, rr->ratio, names[rr->m],
                bench_cell(c1, sizeof c1, "%.1f", rr->r.ok ? rr->r.step_ms : -1), bench_cell(c2, sizeof c2, "%.1f", bound),
                bench_cell(c3, sizeof c3, "%.2f", rr->r.ok && bound > 0 ? rr->r.step_ms / bound : -1));
+    }
+}
+
+/* The tier rows' traffic against Belady's (the least any order moves). */
+static void traffic_table(void) {
+    int i, any = 0;
+    for (i = 0; i < g_nrec; i++) {
+        const rowrec* rr = &g_recs[i];
+        char c1[32], c2[32];
+        if (rr->m < 2 || rr->m == 4 || !rr->r.ok) continue;
+        if (!any++)
+            printf("\nMiB a step, both ways, against Belady's order (link: the device budget as the cache; disk: the "
+                   "device and host tiers):\n%-12s %5s %6s %-12s | %9s %9s %9s %9s\n",
+                   "workload", "link", "ratio", "mode", "link", "Belady", "disk", "Belady");
+        printf("%-12s %5.1f %6.1f %-12s | %9.0f %9.0f %9s %9s\n", rr->w->name, rr->link / 1e9, rr->ratio, names[rr->m],
+               rr->r.moved_mib, belady_mib(rr->w, rr->budget, 0),
+               bench_cell(c1, sizeof c1, "%.0f", rr->m >= 5 ? rr->r.disk_mib : -1),
+               bench_cell(c2, sizeof c2, "%.0f", rr->m >= 5 ? belady_mib(rr->w, rr->budget, 1) : -1));
     }
 }
 
@@ -652,6 +682,7 @@ int main(int argc, char** argv) {
         }
     }
     final_table();
+    traffic_table();
     if (g_dfd >= 0) close(g_dfd);
     free(g_dbuf);
     if (csv) {
