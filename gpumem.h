@@ -9085,15 +9085,28 @@ static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int c
     return best;
 }
 
+/* Learned order with a disk tier, x leaving the device and the host tier
+   full: whether x goes to disk itself, the host copy that would leave for
+   it (one held nowhere else) being used sooner, as Belady's order says. */
+static int gm__goes_around(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
+    gm__tensor* v;
+    if (!ctx->disk || !GM__PLANNED(tm) || !(v = gm__host_victim(tm, x, 1, 0)) || GM__HOLDS(v)) return 0;
+    return gm__next_use(tm, (uint32_t)(v - tm->t)) < gm__next_use(tm, (uint32_t)(x - tm->t));
+}
+
 /* Room for `bytes` in the host tier: the pool, else host copies given up
    (after their write to disk when they are the only copy, waiting for it)
-   until it fits. */
-static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except) {
+   until it fits. With `around`, for `except` leaving the device: none, when
+   except itself should go to disk instead (gm__goes_around). */
+static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except, int around) {
     gm__block* b;
     if (gm__round_up(bytes ? bytes : 1, 4096) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
-        gm__tensor* v = gm__host_victim(tm, except, 0, 0);
+        gm__tensor* v;
         uint32_t i;
+        if (around && gm__goes_around(ctx, tm, except)) return NULL;
+        around = 0;
+        v = gm__host_victim(tm, except, 0, 0);
         if (!v && ctx->disk) { /* a write under way ends soonest: wait for the oldest's tensor */
             gm__tensor* w = NULL;
             for (i = 0; i < tm->n; i++)
@@ -9197,7 +9210,7 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     if (!clean && x->blank) { /* never written: room below is its copy, and nothing moves */
         gm__block* hb = x->host ? x->host : gm__host_alloc(ctx, tm, x->bytes);
         gm__block* e = hb || !ctx->disk ? NULL : gm__disk_alloc(ctx, (gm__disk*)ctx->disk, x->bytes);
-        if (!hb && !e) hb = gm__host_room(ctx, tm, x->bytes, x);
+        if (!hb && !e) hb = gm__host_room(ctx, tm, x->bytes, x, 0);
         if (!hb && !e) {
             gm__log(ctx, GM_LOG_WARN, "tier: no room below the device for tensor %#x (%zu bytes, never written): "
                     "it stays on the device", gm__handle_id(tm, x), x->bytes);
@@ -9214,16 +9227,7 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         /* learned order: a tensor Belady's order sends to disk takes only free host room
            (else it goes straight to disk), never room other copies would have to leave */
         int away = ctx->disk && GM__PLANNED(tm) && gm__leaves(tm, (uint32_t)(x - tm->t));
-        if (fresh && !away && ctx->disk && GM__PLANNED(tm)) { /* a full host tier: x is the one that goes when
-                                                                  the copy it would push out is used sooner */
-            x->host = gm__host_alloc(ctx, tm, x->bytes);
-            if (!x->host) {
-                gm__tensor* v = gm__host_victim(tm, x, 1, 0);
-                away = v && !GM__HOLDS(v) &&
-                       gm__next_use(tm, (uint32_t)(v - tm->t)) < gm__next_use(tm, (uint32_t)(x - tm->t));
-            }
-        }
-        if (fresh && !x->host) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x);
+        if (fresh) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x, 1);
         if (x->host) {
             r = gm__copy_out(ctx, tm, x);
             if (r != GM_OK) {
@@ -9332,6 +9336,12 @@ static void gm__vh_sift(gm__vent* h, uint32_t n, uint32_t k) {
     h[k] = e;
 }
 
+/* e enters heap h at its end, k (the heap then holds k + 1 entries). */
+static void gm__vh_up(gm__vent* h, uint32_t k, gm__vent e) {
+    for (; k && gm__vh_before(&e, &h[(k - 1) / 2]); k = (k - 1) / 2) h[k] = h[(k - 1) / 2];
+    h[k] = e;
+}
+
 static gm__vent gm__vh_entry(const gm__tier* tm, const gm__tensor* x) {
     gm__vent e;
     e.i = (uint32_t)(x - tm->t);
@@ -9393,16 +9403,12 @@ static int gm__vh_build(gm__tier* tm) {
 
 /* A listed tensor's entry, as it is now (its hv already made current). */
 static void gm__vh_push(gm__tier* tm, gm__tensor* x) {
-    uint32_t k;
-    gm__vent e;
     if (!tm->vh_ok || x->pinned) return;
     if (tm->nvh >= 2 * gm__nlisted(tm) + 64 || !gm__vh_room(tm, tm->nvh + 1)) { /* rebuilt when next asked */
         tm->vh_ok = 0;
         return;
     }
-    e = gm__vh_entry(tm, x);
-    for (k = tm->nvh++; k && gm__vh_before(&e, &tm->vh[(k - 1) / 2]); k = (k - 1) / 2) tm->vh[k] = tm->vh[(k - 1) / 2];
-    tm->vh[k] = e;
+    gm__vh_up(tm->vh, tm->nvh++, gm__vh_entry(tm, x));
 }
 
 /* The plan position moved from `was` (phase `cur`): the tensors whose uses
@@ -10865,46 +10871,27 @@ static void gm__tune_step(gm_context* ctx, gm__tier* tm, gm__tune* u, int same, 
    written again first), and with a disk tier the device and host budgets
    less tu's room as one cache (GM__LV_DISK: it goes to disk). Clocks are
    absolute (pass * plan + position); the tensor used farthest ahead is the
-   top of a heap of (next use, tensor) entries, stale ones dropped as they
-   surface and the heap rebuilt from the held tensors when stale ones
-   outnumber them: O(plan log plan) for each cache. */
+   top of a heap of entries (the learned victims' kind, keyed by next use
+   alone), stale ones dropped as they surface and the heap rebuilt from the
+   held tensors when stale ones outnumber them: O(plan log plan) for each
+   cache. */
 #define GM__LV_DISK 1u
 #define GM__LV_DEV 2u
-typedef struct gm__bent { uint64_t next; uint32_t t; } gm__bent;
-
-static void gm__bheap_sift(gm__bent* h, uint32_t n, uint32_t i) {
-    for (;;) {
-        uint32_t l = 2 * i + 1, r = l + 1, m = i;
-        gm__bent e;
-        if (l < n && h[l].next > h[m].next) m = l;
-        if (r < n && h[r].next > h[m].next) m = r;
-        if (m == i) return;
-        e = h[i], h[i] = h[m], h[m] = e;
-        i = m;
-    }
-}
-
-static void gm__bheap_push(gm__bent* h, uint32_t* n, uint64_t next, uint32_t t) {
-    uint32_t i = (*n)++;
-    while (i && h[(i - 1) / 2].next < next) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i].next = next;
-    h[i].t = t;
-}
 
 /* Scratch of one run, sized for the plan (n uses) and its tensors (nt). */
 typedef struct gm__bscr {
     uint32_t *held, *slot, *curk, *occ; /* slot: place in held + 1; 0: not held */
     uint64_t* next;                     /* when a held tensor is used next */
-    gm__bent* heap;                     /* room for 2 * nt + 1 entries */
+    gm__vent* heap;                     /* room for 2 * nt + 1 entries (key: next use; i: the tensor) */
 } gm__bscr;
 
 static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t bit) {
     uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0, nh = 0, k;
     size_t used = 0;
+    gm__vent e;
+    memset(&e, 0, sizeof e); /* one priority, no ties: the key alone orders */
     memset(w->slot, 0, (size_t)nt * sizeof *w->slot);
+    memset(w->heap, 0, ((size_t)2 * nt + 1) * sizeof *w->heap);
     for (pass = 0; pass < 2; pass++) {
         for (t = 0; t < nt; t++) w->occ[t] = tm->use_first[t];
         for (p = 0; p < n; p++) {
@@ -10915,10 +10902,10 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
             end = tm->use_first[t + 1];
             if (!w->slot[t]) {
                 while (used + tm->t[t].bytes > cap && nheld) { /* the one used farthest ahead goes */
-                    uint32_t v = w->heap[0].t, j;
-                    int fresh = w->slot[v] && w->heap[0].next == w->next[v];
+                    uint32_t v = w->heap[0].i, j;
+                    int fresh = w->slot[v] && w->heap[0].key == w->next[v];
                     w->heap[0] = w->heap[--nh];
-                    gm__bheap_sift(w->heap, nh, 0);
+                    gm__vh_sift(w->heap, nh, 0);
                     if (!fresh) continue; /* stale: v left, or was used again since */
                     if (pass) tm->leaves[w->curk[v]] |= bit;
                     used -= tm->t[v].bytes;
@@ -10935,10 +10922,12 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
             w->curk[t] = u;
             w->next[t] = u + 1 < end ? (uint64_t)pass * n + tm->use_at[u + 1] : (uint64_t)(pass + 1) * n + tm->use_at[first];
             if (nh == 2 * nt) { /* as many stale entries as live ones: only the held tensors' stay */
-                for (nh = 0, k = 0; k < nheld; k++) w->heap[nh].next = w->next[w->held[k]], w->heap[nh++].t = w->held[k];
-                for (k = nh / 2; k-- > 0;) gm__bheap_sift(w->heap, nh, k);
+                for (nh = 0, k = 0; k < nheld; k++) w->heap[nh].key = w->next[w->held[k]], w->heap[nh++].i = w->held[k];
+                for (k = nh / 2; k-- > 0;) gm__vh_sift(w->heap, nh, k);
             }
-            gm__bheap_push(w->heap, &nh, w->next[t], t);
+            e.key = w->next[t];
+            e.i = t;
+            gm__vh_up(w->heap, nh++, e);
         }
     }
 }
@@ -10957,7 +10946,7 @@ static void gm__plan_belady(gm_context* ctx, gm__tier* tm, gm__tune* tu) {
     w.curk = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.curk); /* the use that last touched it */
     w.occ = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.occ);
     w.next = (uint64_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.next);
-    w.heap = (gm__bent*)GPUMEM_MALLOC(((size_t)2 * nt + 1) * sizeof *w.heap);
+    w.heap = (gm__vent*)GPUMEM_MALLOC(((size_t)2 * nt + 1) * sizeof *w.heap);
     if (!tm->leaves || !w.held || !w.slot || !w.curk || !w.occ || !w.next || !w.heap) {
         GPUMEM_FREE(tm->leaves);
         tm->leaves = NULL;
@@ -11193,7 +11182,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     if (r == GM_OK) {
         x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
     } else if (r == GM_ERR_OUT_OF_MEMORY) {
-        x->host = gm__host_room(ctx, tm, bytes, x);
+        x->host = gm__host_room(ctx, tm, bytes, x, 0);
         if (x->host) {
             x->host_valid = 1;
             r = GM_OK;
