@@ -8282,7 +8282,9 @@ enum { GM__TK_IN = 0, GM__TK_OUT = 1, GM__TK_USER = 2 }; /* tracks of the copy s
 #define GM__TK_MAX_RING 65536u
 
 typedef struct gm__tensor {
-    /* 8-byte fields first, then 4, then 1: 152 bytes, no padding inside */
+    /* 8-byte fields first, then 4: 112 bytes, no padding inside (the
+       manager's whole record of a tensor; keep it small, a million of them
+       may exist) */
     size_t bytes;
     void* dev;              /* device copy, or NULL */
     void* managed;          /* unified-memory copy, or NULL */
@@ -8292,14 +8294,26 @@ typedef struct gm__tensor {
                                staging) being written to `disk` (not yet disk_valid), or `disk`
                                being read into `host` (not yet host_valid); what it moves
                                stays the job's until it is applied */
-    gm_stream stream;       /* stream of the current acquire */
-    uint64_t done_seq;      /* the mark of the last release (on track done_tk; 0: none yet) */
-    uint64_t ready_seq;     /* in: the device copy is whole (its copy in, or its allocation) */
-    uint64_t out_seq;       /* out: the last copy out of the device copy (into the host copy) finished */
-    uint64_t hr_seq;        /* in: the last copy from the host copy finished */
     uint64_t stamp;         /* tier clock at the last create, acquire or release */
-    uint64_t lseq;          /* its place in the LRU list: later pushes are higher */
-    uint32_t gen;
+    union {
+        uint64_t lseq;      /* on the LRU list: its place there (later pushes are higher) */
+        gm_stream stream;   /* acquired: the stream of the current acquire */
+    } u;
+    /* marks, their low 32 bits (gm__tk_at gives the whole mark back; 0: none) */
+    uint32_t done_seq;      /* the last release (on track done_tk) */
+    uint32_t ready_seq;     /* in: the device copy is whole (its copy in, or its allocation) */
+    uint32_t out_seq;       /* out: the last copy out of the device copy (into the host copy) finished */
+    uint32_t hr_seq;        /* in: the last copy from the host copy finished */
+    unsigned gen : 12;      /* the slot's generation, 1 .. 0xfff (a slot at 0xfff retires) */
+    unsigned live : 1;
+    unsigned host_valid : 1;
+    unsigned prefetched : 2; /* 1: brought in ahead of use; 2: room only (gm__room_mark) */
+    unsigned pinned : 1;
+    unsigned disk_valid : 1, blank : 1; /* blank: never written (see the invariants) */
+    unsigned use_wr : 1, use_ow : 1; /* the acquires since it was last not acquired: some wrote (not
+                                        GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
+    unsigned use_last : 1;  /* and every one was GM_ACCESS_READ_LAST */
+    unsigned read_ahead : 1; /* its host copy was read from disk ahead of use, not used yet */
     uint32_t acquired;
     int priority;
     uint32_t crc;           /* CRC32C of the bytes on disk */
@@ -8307,16 +8321,9 @@ typedef struct gm__tensor {
     uint32_t prev, next;    /* LRU neighbours: index + 1, 0 for none (indices
                                survive the array growing) */
     uint32_t hv;            /* learned victims: the version its current heap entry carries */
-    uint8_t live;
-    uint8_t host_valid;
-    uint8_t prefetched;     /* 1: brought in ahead of use; 2: room only (gm__room_mark) */
-    uint8_t pinned;
-    uint8_t disk_valid, blank; /* blank: never written (see the invariants) */
-    uint8_t use_wr, use_ow; /* the acquires since it was last not acquired: some wrote (not
-                               GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
-    uint8_t use_last;       /* and every one was GM_ACCESS_READ_LAST */
-    uint8_t read_ahead;     /* its host copy was read from disk ahead of use, not used yet */
 } gm__tensor;
+/* A tensor's record is 112 bytes on 64-bit targets: a field more costs every tensor. */
+typedef char gm__tensor_fits[sizeof(void*) != 8 || sizeof(gm__tensor) <= 112 ? 1 : -1];
 
 /* The tuning of a phase's plan room (>>tier: plan room). */
 #define GM__TUNE_K 4        /* rooms tried: 0 to 3 of the plan's largest tensors */
@@ -8440,6 +8447,22 @@ static void gm__tev_put(gm_context* ctx, gm__tier* tm, void* ev) {
 
 static uint64_t gm__tk_done_upto(const gm__track* k) { return k->seq - k->n; }
 
+/* A whole mark of track ti from its low 32 bits (0: none), as a tensor
+   keeps it: the latest mark made with those bits. That is the mark kept
+   unless 2^32 more were made since, and then a later one, which is done
+   when that one is (a stream's work completes in order). gm__tk_mark never
+   hands out a mark whose low bits are 0. */
+static uint64_t gm__tk_at(const gm__tier* tm, uint32_t ti, uint32_t low) {
+    uint64_t s = tm->tk[ti].seq;
+    return low ? s - (uint32_t)((uint32_t)s - low) : 0;
+}
+
+/* Whether low bits a tensor keeps can be a mark of track ti (gm_check):
+   every value can, once 2^32 marks were made. */
+static int gm__tk_made(const gm__tier* tm, uint32_t ti, uint32_t low) {
+    return tm->tk[ti].seq >> 32 || low <= tm->tk[ti].seq;
+}
+
 /* Retires the marks that completed, oldest first. A query that fails
    cannot tell: the stream is synchronized before anything is called done. */
 static void gm__tk_poll(gm_context* ctx, gm__tier* tm, uint32_t ti) {
@@ -8472,6 +8495,11 @@ static void gm__tk_drain(gm_context* ctx, gm__tier* tm, uint32_t ti) {
 static uint64_t gm__tk_mark(gm_context* ctx, gm__tier* tm, uint32_t ti) {
     gm__track* k = &tm->tk[ti];
     void* ev;
+    if (GM__UNLIKELY(!(uint32_t)(k->seq + 1))) { /* low bits 0 read as "none" (gm__tk_at): once every 2^32
+                                                    marks, that number is passed over, its stream waited for */
+        gm__tk_drain(ctx, tm, ti);
+        k->seq++;
+    }
     if (k->n == k->cap) {
         gm__tk_poll(ctx, tm, ti);
         if (k->n == k->cap) {
@@ -8639,7 +8667,7 @@ static void gm__lru_push(gm__tier* tm, gm__tensor* x) {
     if (tm->lru_tail) GM__LRU(tm, tm->lru_tail)->next = k;
     else tm->lru = k;
     tm->lru_tail = k;
-    x->lseq = ++tm->lclock;
+    x->u.lseq = ++tm->lclock;
     gm__vh_push(tm, x);
 }
 
@@ -8730,8 +8758,9 @@ static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     x->read_ahead = 0;
     x->host = NULL;
     x->host_valid = 0;
-    if (x->hr_seq > b->ord[0]) b->ord[0] = x->hr_seq;
-    if (x->out_seq > b->ord[1]) b->ord[1] = x->out_seq;
+    uint64_t hr = gm__tk_at(tm, GM__TK_IN, x->hr_seq), out = gm__tk_at(tm, GM__TK_OUT, x->out_seq);
+    if (hr > b->ord[0]) b->ord[0] = hr;
+    if (out > b->ord[1]) b->ord[1] = out;
     gm__arena_give(&tm->host, b);
     gm__host_trim(ctx, tm);
 }
@@ -8765,8 +8794,8 @@ static void gm__disk_drop(gm_context* ctx, gm__tensor* x) {
    tensor's last use and the last copy out of it; then the allocator may
    hand it out again at once on `in`. */
 static void gm__dev_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__IN(tm));
-    gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm));
+    gm__tk_order(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq), GM__IN(tm));
+    gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq), GM__IN(tm));
     gm__free(ctx, x->dev, GM__OWN_TENSOR);
     x->dev = NULL;
     if (x->prefetched) tm->st.prefetch_wasted++;
@@ -8789,12 +8818,12 @@ static void gm__managed_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    order themselves after out_seq). */
 static gm_result gm__copy_out(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
-    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm)); /* the memory is the tensor's */
-    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
+    gm__tk_order(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->ready_seq), GM__OUT(tm)); /* the memory is the tensor's */
+    gm__tk_order(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq), GM__OUT(tm));
     gm__host_order(ctx, tm, x->host, GM__OUT(tm));
     r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
     if (r != GM_OK) return r;
-    x->out_seq = gm__tk_mark(ctx, tm, GM__TK_OUT);
+    x->out_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_OUT);
     gm__tier_count(tm, x, -1);
     x->host_valid = 1;
     gm__tier_count(tm, x, 1);
@@ -8852,7 +8881,7 @@ static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
         }
     } else if (j->kind == GM__J_READ_DEV) { /* read ahead into the device (gm__dev_ahead) */
         if (j->res == GM_OK) {
-            x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN); /* after every staging copy into it */
+            x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN); /* after every staging copy into it */
             tm->st.bytes_from_disk += (int64_t)x->bytes;
             tm->st.bytes_to_device += (int64_t)x->bytes;
             gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) read from disk into the device ahead of use",
@@ -8961,7 +8990,7 @@ static gm_result gm__disk_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     j->mem = (char*)x->host->addr;
-    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_OUT, x->out_seq); /* the copy that fills it */
+    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq)); /* the copy that fills it */
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->disk = e;
@@ -8990,8 +9019,8 @@ static gm_result gm__dev_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     /* the engine stages nothing before the copy in and the last use completed (gates, not a wait of
        `out` queued now: that would hold every copy queued on `out` after it, other jobs' staging
        included, behind this tensor's kernels, and the staging copies would hold slots meanwhile) */
-    j->gate[0] = gm__gate_on(ctx, tm, x->done_tk, x->done_seq);
-    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_IN, x->ready_seq);
+    j->gate[0] = gm__gate_on(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq));
+    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->ready_seq));
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->disk = e;
@@ -9346,7 +9375,7 @@ static gm__vent gm__vh_entry(const gm__tier* tm, const gm__tensor* x) {
     gm__vent e;
     e.i = (uint32_t)(x - tm->t);
     e.key = gm__vh_key(tm, e.i);
-    e.lseq = x->lseq;
+    e.lseq = x->u.lseq;
     e.prio = x->priority;
     e.hv = x->hv;
     return e;
@@ -9356,7 +9385,7 @@ static gm__vent gm__vh_entry(const gm__tier* tm, const gm__tensor* x) {
    tells a leftover from long ago apart). */
 static int gm__vh_current(const gm__tier* tm, const gm__vent* e) {
     const gm__tensor* x = &tm->t[e->i];
-    return x->live && e->hv == x->hv && e->lseq == x->lseq && e->prio == x->priority;
+    return x->live && e->hv == x->hv && e->lseq == x->u.lseq && e->prio == x->priority;
 }
 
 static uint32_t gm__nlisted(const gm__tier* tm) {
@@ -9994,8 +10023,8 @@ unlock:
         gm__tensor* y = &tm->t[best_mv[k]];
         void *old = y->dev, *np = (void*)best_to[k].at;
         gm_result r;
-        gm__tk_order(ctx, tm, y->done_tk, y->done_seq, GM__IN(tm)); /* as a free of it waits */
-        gm__tk_order(ctx, tm, GM__TK_OUT, y->out_seq, GM__IN(tm));
+        gm__tk_order(ctx, tm, y->done_tk, gm__tk_at(tm, y->done_tk, y->done_seq), GM__IN(tm)); /* as a free of it waits */
+        gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, y->out_seq), GM__IN(tm));
         r = y->blank ? GM_OK : ctx->be->copy(ctx, np, old, y->bytes, GM_COPY_DEVICE_TO_DEVICE, GM__IN(tm));
         if (r != GM_OK) {
             gm__log(ctx, GM_LOG_WARN, "tier: moving tensor %#x within the device failed (%s); it stays where it was",
@@ -10004,7 +10033,7 @@ unlock:
             break;
         }
         y->dev = np;
-        y->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
+        y->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN);
         (void)gm__free(ctx, old, GM__OWN_TENSOR); /* on `in`, after the copy */
         tm->st.compactions++;
         tm->st.bytes_compacted += (int64_t)y->bytes;
@@ -10215,9 +10244,9 @@ static gm__tensor* gm__swap_begin(gm_context* ctx, gm__tier* tm, gm__tensor* x, 
             return NULL;
         }
     }
-    gm__tk_sync(ctx, tm, v->done_tk, v->done_seq);
-    gm__tk_sync(ctx, tm, GM__TK_IN, v->ready_seq);
-    gm__tk_sync(ctx, tm, GM__TK_OUT, v->out_seq);
+    gm__tk_sync(ctx, tm, v->done_tk, gm__tk_at(tm, v->done_tk, v->done_seq));
+    gm__tk_sync(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, v->ready_seq));
+    gm__tk_sync(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, v->out_seq));
     *r = GM_OK;
     return v;
 }
@@ -10249,8 +10278,8 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
                                                                                                   for x's I/O */
     if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
     /* every copy that used x's host copy is over too */
-    gm__tk_sync(ctx, tm, GM__TK_OUT, x->out_seq);
-    gm__tk_sync(ctx, tm, GM__TK_IN, x->hr_seq);
+    gm__tk_sync(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq));
+    gm__tk_sync(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->hr_seq));
     gm__tk_sync(ctx, tm, GM__TK_IN, x->host->ord[0]);
     gm__tk_sync(ctx, tm, GM__TK_OUT, x->host->ord[1]);
     dev = (char*)v->dev;
@@ -10454,7 +10483,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         gm_copy_kind kind = x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_DEFAULT;
         gm__disk* dk = (gm__disk*)ctx->disk;
         if (!from_disk) {
-            gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm)); /* the host copy is whole */
+            gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq), GM__IN(tm)); /* the host copy is whole */
             r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, GM__IN(tm));
         } else {
             uint32_t want = x->crc;
@@ -10462,7 +10491,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         }
         if (r == GM_OK && x->managed) (void)ctx->be->managed_prefetch(ctx, x->managed, x->bytes, 1, GM__IN(tm));
         if (r == GM_OK) {
-            x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
+            x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN);
             if (!from_disk) x->hr_seq = x->ready_seq;
         }
         if (r != GM_OK) { /* the copy below is still whole: give the room back (in order on `in`) */
@@ -10486,7 +10515,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
                     gm__handle_id(tm, x), x->bytes, speculative ? "prefetched" : "brought", from_disk ? "disk" : "host");
         }
     } else if (r == GM_OK && x->dev) { /* nothing to copy: users wait only for `in` to own the memory */
-        x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN);
+        x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN);
         if (x->host_valid || x->disk_valid) tm->st.bytes_not_copied += (int64_t)x->bytes;
     }
     gm__tier_count(tm, x, 1);
@@ -11167,9 +11196,9 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     }
     x = &tm->t[i];
     {
-        uint32_t gen = x->gen + 1, hv = x->hv + 1; /* the slot's heap entries stay stale */
+        uint32_t gen = (uint32_t)x->gen + 1, hv = x->hv + 1; /* the slot's heap entries stay stale */
         memset(x, 0, sizeof *x);
-        x->gen = gen;
+        x->gen = gen & 0xfffu; /* at most 0xfff: a slot retires there (destroy) */
         x->hv = hv;
     }
     x->bytes = bytes;
@@ -11180,7 +11209,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
        the fallback */
     r = gm__dev_get(ctx, tm, x, 0);
     if (r == GM_OK) {
-        x->ready_seq = gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
+        x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
     } else if (r == GM_ERR_OUT_OF_MEMORY) {
         x->host = gm__host_room(ctx, tm, bytes, x, 0);
         if (x->host) {
@@ -11245,7 +11274,7 @@ static int gm__batch_ow(const gm_use* u, gm__tensor* const* xs, size_t n, const 
 static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s, gm_access a) {
     if ((int)a < 0 || a > GM_ACCESS_READ_LAST)
         return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: access %d of tensor %#x is none of gm_access", (int)a, h.id);
-    if (x->acquired && x->stream != s)
+    if (x->acquired && x->u.stream != s)
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is acquired on another stream", h.id);
     if (!x->acquired && !ctx->be->stream_valid(ctx, s))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown stream %p", (void*)s);
@@ -11283,9 +11312,9 @@ static gm_result gm__acq_bring(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_
 /* s waits, on the device, for the copy in (or for `in` to own the memory), for a copy out that may
    still read what the caller will write, and for the last release on another stream. */
 static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, gm_access a) {
-    gm__tk_order(ctx, tm, GM__TK_IN, x->ready_seq, s);
-    if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, x->out_seq, s);
-    gm__tk_order(ctx, tm, x->done_tk, x->done_seq, s);
+    gm__tk_order(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->ready_seq), s);
+    if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq), s);
+    gm__tk_order(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq), s);
     if (a != GM_ACCESS_READ_LAST) x->use_last = 0;
     if (a != GM_ACCESS_READ && a != GM_ACCESS_READ_LAST) { /* may be written from now: the room below held no bytes, and goes */
         if (x->blank && (x->host_valid || x->disk_valid)) {
@@ -11298,7 +11327,7 @@ static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_str
         x->blank = 0;
     }
     if (a == GM_ACCESS_OVERWRITE) x->use_ow = 1;
-    x->stream = s;
+    x->u.stream = s;
     x->prefetched = 0;
     x->stamp = ++tm->clock;
     return x->dev ? x->dev : x->managed;
@@ -11306,7 +11335,7 @@ static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_str
 
 static gm_result gm__rel_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s) {
     if (!x->acquired) return GM__MISUSE(ctx, GM_ERR_BAD_STATE, "tier: release of tensor %#x, which is not acquired", h.id);
-    if (x->stream != s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
+    if (x->u.stream != s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is released on another stream", h.id);
     return GM_OK;
 }
 
@@ -11332,7 +11361,7 @@ static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s
     }
     if (ti) { /* the end of this use, for whoever comes next */
         x->done_tk = ti;
-        x->done_seq = gm__tk_mark(ctx, tm, ti);
+        x->done_seq = (uint32_t)gm__tk_mark(ctx, tm, ti);
     }
     if (discard) x->blank = 1;
     x->stamp = ++tm->clock;
@@ -11843,8 +11872,9 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                                                           : !x->host || x->host_valid || !x->disk_valid)))
             gm__broken(ck, "tier: tensor %#x (%zu bytes) and its disk job (%s) disagree", id, x->bytes,
                        gm__job_name(x->job->kind));
-        if (x->done_tk >= tm->ntk || x->done_seq > tm->tk[x->done_tk].seq || x->ready_seq > tm->tk[GM__TK_IN].seq ||
-            x->hr_seq > tm->tk[GM__TK_IN].seq || x->out_seq > tm->tk[GM__TK_OUT].seq)
+        if (x->done_tk >= tm->ntk || !gm__tk_made(tm, x->done_tk, x->done_seq) ||
+            !gm__tk_made(tm, GM__TK_IN, x->ready_seq) || !gm__tk_made(tm, GM__TK_IN, x->hr_seq) ||
+            !gm__tk_made(tm, GM__TK_OUT, x->out_seq))
             gm__broken(ck, "tier: tensor %#x (%zu bytes) waits for a mark never made", id, x->bytes);
         if (x->disk_valid != (x->disk != NULL) && !(x->job && x->job->kind != GM__J_READ_MEM))
             gm__broken(ck, "tier: tensor %#x (%zu bytes) has %s", id, x->bytes,

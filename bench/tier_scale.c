@@ -12,7 +12,9 @@
    threads, the wall time of a pass over the pairs of one thread, so that
    two threads doing twice the work in the same time show the same figure
    as one. Then the same with everything fitting (hits only), and the
-   manager's host memory per tensor.
+   host memory per tensor: all of it (the manager's record, and the
+   allocator's record of the tensor's device block), and the manager's
+   own (less what as many plain gm_alloc of 4 KiB cost).
 
    The sim runs with run_inline: a 4 KiB copy (the link is unlimited, so
    the model gives it no time) runs in the thread that queues it when its
@@ -195,6 +197,35 @@ static double run(size_t n, int learned, int threads, int fits, int* partial, do
     return worst < 0 ? -1 : worst;
 }
 
+/* The host bytes per block that n plain gm_alloc of a tensor's size
+   cost (the thread caches off, as a tensor's device memory has none): the
+   allocator's block record and its map entry, which a tensor on the device
+   has too. The manager's own bytes per tensor are the rest. */
+static double alloc_meta(size_t n) {
+    gm_desc d;
+    gm_context* ctx;
+    void** p = (void**)calloc(n, sizeof *p);
+    size_t i, before;
+    double per = -1;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    d.device_budget = n * TSIZE * 2 + (64u << 20);
+    d.sim.capacity = (size_t)64 << 30;
+    d.thread_cache = GM_TOGGLE_OFF;
+    if (!p || gm_setup(&ctx, &d) != GM_OK) {
+        free(p);
+        return -1;
+    }
+    before = heap_used();
+    for (i = 0; i < n && gm_alloc(ctx, &p[i], TSIZE, NULL) == GM_OK; i++) {}
+    if (i == n && before) per = (double)(heap_used() - before) / (double)n;
+    while (i--) gm_free(ctx, p[i]);
+    gm_shutdown(ctx);
+    free(p);
+    return per;
+}
+
 /* A 4 KiB copy and an event wait on sim (on its stream thread), minus the
    modelled link time (0 with the link unlimited): the simulator's own
    overhead per transfer, the median of 201. */
@@ -234,7 +265,7 @@ int main(int argc, char** argv) {
     size_t maxn = argc > 3 ? (size_t)atoll(argv[3]) : 1000000;
     static const size_t ns_[] = {1000, 4000, 16000, 64000, 256000, 1000000};
     enum { NN = sizeof ns_ / sizeof ns_[0] };
-    double miss[2][2][NN], hit[NN], meta[NN];
+    double miss[2][2][NN], hit[NN], meta[NN], own[NN];
     int part[2][2][NN];
     size_t j, nn = 0;
     int p, th;
@@ -266,13 +297,13 @@ int main(int argc, char** argv) {
         printf("with the copies' bytes moved by the CPU: LRU, %zu tensors, %.0f ns per pair; %zu tensors, %.0f "
                "(%.2fx)\n", ns_[0], by0, last, by1, by0 > 0 ? by1 / by0 : -1);
     }
-    printf("%10s %12s %12s %12s %12s %12s %14s\n", "tensors", "LRU", "LRU 2 thr", "learned", "learned 2 thr",
-           "hits only", "host B/tensor");
+    printf("%10s %12s %12s %12s %12s %12s %14s %10s\n", "tensors", "LRU", "LRU 2 thr", "learned", "learned 2 thr",
+           "hits only", "host B/tensor", "manager's");
     csv = fopen(csv_path, "w");
     if (csv)
         fprintf(csv, "tensors,lru_ns,lru_2threads_ns,learned_ns,learned_2threads_ns,hits_ns,host_bytes_per_tensor,"
                      "partial,copy_overhead_ns,lru_threaded_sim_1000_ns,lru_bytes_moved_first_ns,"
-                     "lru_bytes_moved_last_ns\n");
+                     "lru_bytes_moved_last_ns,manager_bytes_per_tensor\n");
     for (j = 0; j < NN && ns_[j] <= maxn; j++, nn++) {
         int partial = 0;
         char cell[4][32];
@@ -282,13 +313,18 @@ int main(int argc, char** argv) {
                 partial |= part[p][th - 1][j];
             }
         hit[j] = run(ns_[j], 0, 1, 1, &p, &meta[j]);
+        own[j] = meta[j];
+        if (meta[j] >= 0) {
+            double a = alloc_meta(ns_[j]);
+            own[j] = a >= 0 ? meta[j] - a : -1;
+        }
         for (p = 0; p < 4; p++) bench_cell(cell[p], sizeof cell[p], "%.0f", miss[p / 2][p % 2][j]);
-        printf("%10zu %12s %12s %12s %12s %12.0f %14.0f%s\n", ns_[j], cell[0], cell[1], cell[2], cell[3], hit[j],
-               meta[j], partial ? "  (a pass stopped at the time limit)" : "");
+        printf("%10zu %12s %12s %12s %12s %12.0f %14.0f %10.0f%s\n", ns_[j], cell[0], cell[1], cell[2], cell[3], hit[j],
+               meta[j], own[j], partial ? "  (a pass stopped at the time limit)" : "");
         fflush(stdout);
         if (csv)
-            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f,%.0f,%.0f,%.0f\n", ns_[j], miss[0][0][j],
-                    miss[0][1][j], miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co, thr, by0, by1);
+            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f,%.0f,%.0f,%.0f,%.0f\n", ns_[j], miss[0][0][j],
+                    miss[0][1][j], miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co, thr, by0, by1, own[j]);
     }
     if (csv) fclose(csv);
     {

@@ -258,7 +258,7 @@ static void test_tier(void) {
         tm->lru_tail = tail;
     }
     /* a mark never made */
-    x->ready_seq = tm->tk[GM__TK_IN].seq + 5;
+    x->ready_seq = (uint32_t)(tm->tk[GM__TK_IN].seq + 5);
     snprintf(want, sizeof want, "check: tier: tensor %#x (%zu bytes) waits for a mark never made\n", t[0].id, n);
     T_EQ(report(ctx), 1);
     T_CHECK(strstr(rep, want) != NULL);

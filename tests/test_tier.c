@@ -623,6 +623,67 @@ static size_t pick_largest(gm_context* ctx, const gm_tensor* c, size_t n, void* 
     return best;
 }
 
+/* A tensor keeps its marks' low 32 bits (gm__tk_at gives the mark back):
+   the tracks run past 2^32 marks here, and every copy and release still
+   orders what follows it. A mark whose low bits are 0 would read as none:
+   gm__tk_mark passes that number over. */
+static void test_mark_wrap(void) {
+    enum { N = 8 };
+    gm_context* ctx = tier_ctx(4 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT);
+    gm__tier* tm;
+    gm_stream st[2];
+    gm_tensor t[N];
+    unsigned seed[N];
+    uint32_t ti;
+    int i, round;
+    st[0] = NULL;
+    T_OK(gm_stream_create(ctx, &st[1]));
+    for (i = 0; i < N; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], MiB));
+        seed[i] = (unsigned)i + 1;
+        fill(ctx, t[i], MiB, seed[i], st[i % 2]);
+    }
+    gm_device_synchronize(ctx);
+    tm = gm__tier_of(ctx);
+    pthread_mutex_lock(&tm->mu);
+    { /* the number with low bits 0 is passed over */
+        uint64_t a, b;
+        gm__tk_poll(ctx, tm, GM__TK_IN);
+        T_EQ(tm->tk[GM__TK_IN].n, 0);
+        tm->tk[GM__TK_IN].seq = 0xfffffffeull;
+        a = gm__tk_mark(ctx, tm, GM__TK_IN);
+        b = gm__tk_mark(ctx, tm, GM__TK_IN);
+        T_EQ(a, 0xffffffffull);
+        T_EQ(b, 0x100000001ull);
+        T_EQ(gm__tk_at(tm, GM__TK_IN, (uint32_t)a), a);
+        T_EQ(gm__tk_at(tm, GM__TK_IN, (uint32_t)b), b);
+        T_EQ(gm__tk_at(tm, GM__TK_IN, 0), 0);
+    }
+    gm_device_synchronize(ctx);
+    for (ti = 0; ti < tm->ntk; ti++) { /* every track a few marks short of 2^32 (all done: nothing waits) */
+        gm__tk_poll(ctx, tm, ti);
+        T_EQ(tm->tk[ti].n, 0);
+        tm->tk[ti].seq = 0xffffffffull - 6 - ti;
+    }
+    pthread_mutex_unlock(&tm->mu);
+    T_EQ(gm_check(ctx), 0);
+    for (round = 0; round < 12; round++)
+        for (i = 0; i < N; i++) { /* read on one stream, written on the other: evictions both ways */
+            int k = (i + round) % 2;
+            verify(ctx, t[i], MiB, seed[i], st[k]);
+            seed[i] += 100;
+            fill(ctx, t[i], MiB, seed[i], st[1 - k]);
+            T_EQ(gm_check(ctx), 0);
+        }
+    for (ti = 0; ti < tm->ntk; ti++) T_CHECK(tm->tk[ti].seq > 0xffffffffull);
+    for (i = 0; i < N; i++) verify(ctx, t[i], MiB, seed[i], NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_stream_destroy(ctx, st[1]));
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_custom_policy(void) {
     gm_context* ctx = tier_ctx(7 * MiB, 64 * MiB, GM_FALLBACK_DEFAULT); /* a, b and c do not fit together */
     gm_tensor a, b, c;
@@ -1553,6 +1614,7 @@ int main(int argc, char** argv) {
     test_learned_order();
     test_write_behind_count();
     test_belady_heap();
+    test_mark_wrap();
     test_learned_victims(argc > 1 ? atol(argv[1]) : WALK_STEPS);
     test_learned_jumps();
     test_regressions();
