@@ -8748,6 +8748,16 @@ static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
     return b;
 }
 
+/* x lets go of its host block: the block is stamped with the marks after
+   the last copies from and into it (hr_seq, out_seq), which whoever writes
+   into it next orders itself after (gm__host_order), whoever holds it
+   next: the pool, or a disk job x leaves it to (gm__job_detach). */
+static void gm__host_stamp(gm__tier* tm, const gm__tensor* x, gm__block* b) {
+    uint64_t hr = gm__tk_at(tm, GM__TK_IN, x->hr_seq), out = gm__tk_at(tm, GM__TK_OUT, x->out_seq);
+    if (hr > b->ord[0]) b->ord[0] = hr;
+    if (out > b->ord[1]) b->ord[1] = out;
+}
+
 /* Gives up x's host block: free at once, stamped with the marks after the
    last copies that used it. */
 static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
@@ -8758,9 +8768,7 @@ static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     x->read_ahead = 0;
     x->host = NULL;
     x->host_valid = 0;
-    uint64_t hr = gm__tk_at(tm, GM__TK_IN, x->hr_seq), out = gm__tk_at(tm, GM__TK_OUT, x->out_seq);
-    if (hr > b->ord[0]) b->ord[0] = hr;
-    if (out > b->ord[1]) b->ord[1] = out;
+    gm__host_stamp(tm, x, b);
     gm__arena_give(&tm->host, b);
     gm__host_trim(ctx, tm);
 }
@@ -8957,7 +8965,8 @@ static void gm__job_detach(gm__tier* tm, gm__tensor* x) {
     j->ti = UINT32_MAX;
     j->ext = x->disk;
     j->hb = x->host;
-    if (x->host) {
+    if (x->host) { /* the pool takes it when the job is applied: after the copies that used it too */
+        gm__host_stamp(tm, x, x->host);
         tm->host_used -= x->host->size;
         tm->host_jobs += x->host->size;
     }

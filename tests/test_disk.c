@@ -894,6 +894,54 @@ static void test_write_around(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A host block a disk job keeps when its tensor is written (gm__job_detach)
+   goes back to the pool when the job ends: stamped with the tensor's last
+   copies from it too, so that the next copy into it waits for them. Here
+   the copy from it into the device queues behind a long one on `in` (a slow
+   link), the write behind waits for its gate, and the block is handed to
+   another tensor's copy out as soon as the job ends: without the stamp,
+   that copy lands first and the tensor reads the other's bytes. Sim only
+   (white-box: the write behind is started directly). */
+static void test_detached_block(void) {
+#ifndef GM_TEST_CUDA
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm__tier* tm;
+    gm_tensor a, b, c;
+    void *pa, *pc;
+    d.device_budget = 4 * MiB;
+    d.host_budget = 4 * MiB;
+    d.disk_dir = dir;
+    d.sim.link_bytes_per_s = 100e6; /* 2 MiB: 21 ms; 512 KiB: 5 ms */
+    ctx = t_setup(d);
+    T_OK(gm_tensor_create(ctx, &c, 2 * MiB));
+    T_OK(gm_tensor_create(ctx, &a, 512 * KiB));
+    T_OK(gm_tensor_create(ctx, &b, 256 * KiB));
+    fill(ctx, c, 2 * MiB, 1, NULL);
+    fill(ctx, a, 512 * KiB, 1, NULL);
+    fill(ctx, b, 256 * KiB, 3, NULL);
+    T_OK(gm_tensor_evict(ctx, c));
+    gm_device_synchronize(ctx);
+    T_OK(gm_tensor_evict(ctx, a)); /* its copy out: 5 ms on `out` */
+    tm = gm__tier_of(ctx);
+    pthread_mutex_lock(&tm->mu);
+    T_OK(gm__disk_behind(ctx, tm, &tm->t[(a.id & 0xfffffu) - 1])); /* gated on that copy */
+    pthread_mutex_unlock(&tm->mu);
+    T_OK(gm_tensor_acquire(ctx, c, NULL, &pc)); /* 21 ms on `in` */
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &pa)); /* behind it: a's host block is read at about 21 ms */
+    T_OK(run(ctx, NULL, pa, 512 * KiB, 1, 0));
+    T_OK(gm_tensor_release(ctx, a, NULL, 1)); /* written: the job keeps the block */
+    T_OK(gm_tensor_release(ctx, c, NULL, 0));
+    usleep(12000); /* the job's gate opened at 5 ms, and its write ended */
+    T_OK(gm_tensor_evict(ctx, b)); /* into the block the job gave back */
+    T_EQ(errors_now(ctx), 0);
+    verify(ctx, b, 256 * KiB, 3, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+#endif
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -916,6 +964,7 @@ int main(int argc, char** argv) {
     test_release_write();
     test_read_into_device();
     test_write_around();
+    test_detached_block();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
     test_full_walk(WALK_STEPS / 2);
