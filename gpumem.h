@@ -8314,6 +8314,7 @@ typedef struct gm__tensor {
                                         GM_ACCESS_READ), some overwrote (GM_ACCESS_OVERWRITE) */
     unsigned use_last : 1;  /* and every one was GM_ACCESS_READ_LAST */
     unsigned read_ahead : 1; /* its host copy was read from disk ahead of use, not used yet */
+    unsigned hcq : 1;       /* its slot is on tm->hcq (kept as the slot is reused) */
     uint32_t acquired;
     int priority;
     uint32_t crc;           /* CRC32C of the bytes on disk */
@@ -8322,6 +8323,10 @@ typedef struct gm__tensor {
                                survive the array growing) */
     uint32_t hv;            /* learned victims: the version its current heap entry carries */
 } gm__tensor;
+/* Whether a copy above the host tier holds x's bytes: its unified-memory
+   copy, or its device copy unless that is room only (gm__room_mark). */
+#define GM__HOLDS(x) (((x)->dev && (x)->prefetched != 2) || (x)->managed)
+
 /* A tensor's record is 112 bytes on 64-bit targets: a field more costs every tensor. */
 typedef char gm__tensor_fits[sizeof(void*) != 8 || sizeof(gm__tensor) <= 112 ? 1 : -1];
 
@@ -8420,6 +8425,10 @@ typedef struct gm__tier {
     int vh_jumped;          /* it was cleared by a long jump of the position (see gm__vh_top) */
     uint64_t vh_built;      /* tm->clock at the last build */
     uint64_t vh_builds;     /* builds so far (for tests) */
+    uint32_t *hcq, nhcq, caphcq; /* host copies to look at for a write behind (gm__host_clean) */
+    int hc_on;              /* there is a disk tier: gm__tier_count notes them */
+    int hc_all;             /* look at every tensor instead: the plan's verdicts changed */
+    uint64_t hc_looks;      /* tensors gm__host_clean looked at so far (for tests) */
 } gm__tier;
 
 #define GM__IN(tm) ((tm)->tk[GM__TK_IN].s)
@@ -8773,6 +8782,11 @@ static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__host_trim(ctx, tm);
 }
 
+static void gm__hc_note(gm__tier* tm, gm__tensor* x);
+
+/* x's bytes leave (sign -1) or enter (+1) the figures of the tiers it is
+   in; every change of dev, managed, host_valid or disk_valid sits between
+   the two. */
 static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
     int64_t b = sign * (int64_t)x->bytes;
     if (x->dev) tm->st.device_bytes += b;
@@ -8785,6 +8799,7 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
         if (st->host_bytes > st->peak_host_bytes) st->peak_host_bytes = st->host_bytes;
         if (st->disk_bytes > st->peak_disk_bytes) st->peak_disk_bytes = st->disk_bytes;
         if (st->managed_bytes > st->peak_managed_bytes) st->peak_managed_bytes = st->managed_bytes;
+        if (x->host_valid && !x->disk_valid && !GM__HOLDS(x)) gm__hc_note(tm, x); /* its only copy is in the host tier */
     }
 }
 
@@ -9086,10 +9101,6 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
 }
 
-/* Whether a copy above the host tier holds x's bytes: its unified-memory
-   copy, or its device copy unless that is room only (gm__room_mark). */
-#define GM__HOLDS(x) (((x)->dev && (x)->prefetched != 2) || (x)->managed)
-
 /* A host copy to give up for room, cheapest first: one the device also
    holds (free), then one on disk too (a read if it is wanted again), then,
    with can_write, one that must first be written to disk; within each,
@@ -9177,30 +9188,98 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
    In learned order, those Belady's order sends to disk before their next
    use (gm__plan_belady); else, while the free room and the copies that
    may be dropped for free (or will be, once their write under way is
-   applied) are less than half the host budget, the coldest. */
+   applied) are less than half the host budget, the coldest.
+   Learned order looks only at the copies noted since its last look
+   (tm->hcq), not at every tensor: a copy becomes one to write only by
+   becoming the only copy (gm__tier_count notes it, and again when a write
+   of it fails), or by a change of the plan's verdicts (a new plan or
+   phase, a jump of the position, the plan followed again: hc_all, one
+   walk of every tensor); the position moving on by one passes only the
+   acquired tensor's use. Invariants: a tensor's hcq bit is set exactly
+   while its slot is on tm->hcq, once; with a disk tier, under learned
+   order and hc_all clear, every copy to write (gm__hc_writes) is noted,
+   or has a write under way, or its tensor is acquired (noted, kept). */
+static void gm__hc_note(gm__tier* tm, gm__tensor* x) {
+    if (!tm->hc_on || x->hcq) return;
+    if (tm->nhcq == tm->caphcq) {
+        uint32_t cap = tm->caphcq ? tm->caphcq * 2 : 64;
+        uint32_t* q = (uint32_t*)gm__grow_array(tm->hcq, tm->caphcq * sizeof *q, cap * sizeof *q);
+        if (!q) { /* no room to note it: the next look walks every tensor */
+            tm->hc_all = 1;
+            return;
+        }
+        tm->hcq = q;
+        tm->caphcq = cap;
+    }
+    tm->hcq[tm->nhcq++] = (uint32_t)(x - tm->t);
+    x->hcq = 1;
+}
+
+/* Whether learned order writes x's host copy to disk behind now (when it
+   is not acquired): the only copy, no write under way, and Belady's order
+   sends x to disk before its next use. */
+static int gm__hc_writes(const gm__tier* tm, const gm__tensor* x) {
+    return x->live && x->host_valid && !x->job && !GM__HOLDS(x) && !x->disk_valid &&
+           gm__leaves(tm, (uint32_t)(x - tm->t));
+}
+
 static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
     size_t free_room, soon = 0;
-    uint32_t i;
+    uint32_t i, k, r;
+    int failed = 0;
     if (!ctx->disk || tm->host_reserved > ctx->desc.host_budget) return;
     if (GM__PLANNED(tm) && tm->leaves) {
         /* a known future: exactly the copies Belady's order sends to disk before their next use
            are written, and no other */
-        for (i = 0; i < tm->n; i++) {
-            gm__tensor* x = &tm->t[i];
-            if (!x->live || !x->host_valid || x->job || x->acquired || GM__HOLDS(x) || x->disk_valid) continue;
-            if (!gm__leaves(tm, i)) continue;
-            if (gm__disk_behind(ctx, tm, x) != GM_OK) return;
-            tm->st.host_demotions++;
+        if (tm->hc_all) {
+            tm->hc_all = 0;
+            tm->hc_looks += tm->n;
+            for (i = 0; i < tm->n; i++) {
+                gm__tensor* x = &tm->t[i];
+                if (!gm__hc_writes(tm, x)) continue;
+                if (x->acquired) gm__hc_note(tm, x); /* looked at again below, and then while it is */
+                else if (gm__disk_behind(ctx, tm, x) != GM_OK) {
+                    tm->hc_all = 1; /* the rest next time */
+                    return;
+                } else
+                    tm->st.host_demotions++;
+            }
         }
+        for (r = k = 0; r < tm->nhcq; r++) { /* tm->hcq may grow meanwhile (a write's end applied) */
+            uint32_t j = tm->hcq[r];
+            gm__tensor* x = &tm->t[j];
+            tm->hc_looks++;
+            if (!failed) {
+                if (!gm__hc_writes(tm, x)) { /* nothing to write: off the list */
+                    x->hcq = 0;
+                    continue;
+                }
+                if (!x->acquired) {
+                    if (gm__disk_behind(ctx, tm, x) == GM_OK) {
+                        tm->st.host_demotions++;
+                        x->hcq = 0;
+                        continue;
+                    }
+                    failed = 1; /* it and the rest next time */
+                }
+            }
+            tm->hcq[k++] = j;
+        }
+        tm->nhcq = k;
         return;
     }
+    for (r = 0; r < tm->nhcq; r++) tm->t[tm->hcq[r]].hcq = 0; /* LRU order does not look at them */
+    tm->nhcq = 0;
     free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
+    if (free_room >= ctx->desc.host_budget / 2) return; /* the walk below would find enough already */
+    tm->hc_looks += tm->n;
     for (i = 0; i < tm->n; i++) {
         const gm__tensor* x = &tm->t[i];
         if (x->live && x->host_valid && (GM__HOLDS(x) || x->disk_valid || x->job)) soon += x->host->size;
     }
     while (free_room + soon < ctx->desc.host_budget / 2) {
         gm__tensor* v = NULL;
+        tm->hc_looks += tm->n;
         for (i = 0; i < tm->n; i++) { /* the coldest copy held nowhere else */
             gm__tensor* x = &tm->t[i];
             uint64_t when;
@@ -10090,6 +10169,7 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     }
     tm->ntk = GM__TK_USER;
     tm->last_tk = GM__TK_USER;
+    tm->hc_on = ctx->disk != NULL;
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&tm->mu, &ma);
@@ -10564,8 +10644,10 @@ static void gm__write_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    brought in for an overwrite while a copy below still holds them. Only
    an overwrite may take it as it is; anything else drops it and brings
    the bytes in. A blank tensor's room is never marked: it has no bytes. */
-static void gm__room_mark(gm__tensor* x) {
-    if (x->dev && !x->blank && (x->host_valid || x->disk_valid)) x->prefetched = 2;
+static void gm__room_mark(gm__tier* tm, gm__tensor* x) {
+    if (!x->dev || x->blank || (!x->host_valid && !x->disk_valid)) return;
+    x->prefetched = 2;
+    if (x->host_valid && !x->disk_valid) gm__hc_note(tm, x); /* its only copy is in the host tier now */
 }
 
 static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
@@ -10608,6 +10690,7 @@ static void gm__phase_free(gm__phase* f) {
 static void gm__phase_activate(gm__tier* tm, int k) {
     gm__phase* f = &tm->ph[k];
     tm->vh_ok = 0; /* every next use changes */
+    tm->hc_all = 1; /* and every verdict */
     tm->cur = k;
     tm->plan = f->plan;
     tm->nplan = f->nplan;
@@ -10715,9 +10798,12 @@ static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur);
 
 static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     uint32_t was = tm->pos;
-    int cur = tm->cur;
+    int cur = tm->cur, lost = tm->lost;
     gm__learn_go(ctx, tm, i);
     gm__vh_moved(tm, was, cur);
+    if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost) tm->hc_all = 1; /* more than i's use passed */
+    else if (i < tm->n && tm->t[i].host_valid && !tm->t[i].disk_valid && !GM__HOLDS(&tm->t[i]))
+        gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
 }
 
 static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int overwrite) {
@@ -10798,7 +10884,7 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         tm->evict_after = 0;
         if (r != GM_OK || !y->dev) break; /* no room without evicting sooner needs */
         y->prefetched = 1;
-        if (ow) gm__room_mark(y);
+        if (ow) gm__room_mark(tm, y);
         gm__lru_push(tm, y);
     }
     if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room */
@@ -10832,6 +10918,7 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
     pthread_mutex_lock(&tm->mu);
     tm->policy = policy == GM_EVICT_DEFAULT ? GM_EVICT_LRU : policy;
     tm->vh_ok = 0; /* built when learned order next asks */
+    tm->hc_all = 1;
     tm->ahead = prefetch_ahead;
     tm->vfn = fn;
     tm->vuser = user;
@@ -11202,13 +11289,16 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
         i = tm->n++;
         tm->t[i].gen = 0;
         tm->t[i].hv = 0;
+        tm->t[i].hcq = 0;
     }
     x = &tm->t[i];
     {
         uint32_t gen = (uint32_t)x->gen + 1, hv = x->hv + 1; /* the slot's heap entries stay stale */
+        unsigned hcq = x->hcq; /* and its place on tm->hcq */
         memset(x, 0, sizeof *x);
         x->gen = gen & 0xfffu; /* at most 0xfff: a slot retires there (destroy) */
         x->hv = hv;
+        x->hcq = hcq & 1u;
     }
     x->bytes = bytes;
     x->live = 1;
@@ -11540,7 +11630,7 @@ GPUMEM_API gm_result gm_tensor_acquire_many(gm_context* ctx, gm_use* u, size_t n
             if (x->dev || x->managed) continue; /* twice in the batch */
             if (!cleared) tm->st.prefetch_misses++;
             r = gm__bring_in(ctx, tm, x, s, 0, ow);
-            if (r == GM_OK && ow) gm__room_mark(x);
+            if (r == GM_OK && ow) gm__room_mark(tm, x);
         }
         if (r != GM_ERR_OUT_OF_MEMORY || cleared || !gm__batch_clear(ctx, tm, xs, n)) break;
         tm->exact = !ctx->va_gran;
@@ -11929,6 +12019,19 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
     }
     if (onlru != want_lru)
         gm__broken(ck, "tier: %zu tensors on the LRU list, %zu on the device and released", onlru, want_lru);
+    { /* the host copies noted for a write behind: each slot once, its bit set; none unnoted that needs it */
+        uint32_t r, marked = 0, missed = 0;
+        for (i = 0; i < tm->n; i++) marked += tm->t[i].hcq;
+        for (r = 0; r < tm->nhcq; r++)
+            if (tm->hcq[r] >= tm->n || !tm->t[tm->hcq[r]].hcq) break;
+        if (r < tm->nhcq || marked != tm->nhcq)
+            gm__broken(ck, "tier: %u host copies noted for a write behind, %u slots marked so", tm->nhcq, marked);
+        if (ctx->disk && GM__PLANNED(tm) && tm->leaves && !tm->hc_all)
+            for (i = 0; i < tm->n; i++)
+                missed += !tm->t[i].hcq && gm__hc_writes(tm, &tm->t[i]);
+        if (missed)
+            gm__broken(ck, "tier: %u host copies Belady's order sends to disk are not noted for a write behind", missed);
+    }
 #define GM__TIER_STAT(name, walk, what)                                                                              \
     if ((walk) != tm->st.name)                                                                                       \
         gm__broken(ck, "tier: stat " #name " is %lld, " what " %lld", (long long)tm->st.name, (long long)(walk));
@@ -12049,6 +12152,7 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->evs);
     GPUMEM_FREE(tm->cand);
     GPUMEM_FREE(tm->vh);
+    GPUMEM_FREE(tm->hcq);
     GPUMEM_FREE(tm->prios);
     GPUMEM_FREE(tm->rank);
     GPUMEM_FREE(tm->batch);

@@ -14,7 +14,8 @@
    as one. Then the same with everything fitting (hits only), and the
    host memory per tensor: all of it (the manager's record, and the
    allocator's record of the tensor's device block), and the manager's
-   own (less what as many plain gm_alloc of 4 KiB cost).
+   own (less what as many plain gm_alloc of 4 KiB cost); then LRU and
+   learned order again with a disk tier beside (below).
 
    The sim runs with run_inline: a 4 KiB copy (the link is unlimited, so
    the model gives it no time) runs in the thread that queues it when its
@@ -39,7 +40,11 @@
    Prints a table; writes CSV (first argument, default
    build/bench-tier-scale.csv) and an SVG (second, default
    build/bench-tier-scale.svg): log10 ns per pair against log10 tensors.
-   `build/bench-tier-scale CSV SVG MAXN` stops at MAXN tensors. */
+   `build/bench-tier-scale CSV SVG MAXN` stops at MAXN tensors; a fourth
+   argument names the directory of the disk tier of the last two columns
+   (default /var/tmp): LRU and learned order as in the first columns, with
+   a disk tier beside and a host tier that holds every tensor, so nothing
+   is written and the figures are the bookkeeping a disk tier adds. */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "../examples/plot.h"
@@ -120,6 +125,7 @@ static size_t heap_used(void) {
 }
 
 static int g_threaded; /* the sim's copies on its stream threads (run_inline off) */
+static const char* g_disk; /* a disk tier's directory (the host tier holds every tensor: none is written) */
 static int g_bytes;    /* the sim's copies move their bytes (move_bytes on) */
 
 /* One configuration: ns per pair (the slower thread's), -1 on failure. */
@@ -141,6 +147,7 @@ static double run(size_t n, int learned, int threads, int fits, int* partial, do
     d.sim.capacity = (size_t)64 << 30;
     d.sim.run_inline = g_threaded ? GM_TOGGLE_OFF : GM_TOGGLE_ON; /* the manager's cost, not the sim's hand-offs */
     d.sim.move_bytes = g_bytes || g_threaded ? GM_TOGGLE_ON : GM_TOGGLE_OFF; /* nor the CPU's moving of bytes */
+    d.disk_dir = g_disk;
     if (gm_setup(&ctx, &d) != GM_OK) return -1;
     if (learned) gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 4, NULL, NULL);
     gm_tensor* t = (gm_tensor*)calloc(n, sizeof *t);
@@ -263,9 +270,10 @@ int main(int argc, char** argv) {
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-tier-scale.csv";
     const char* svg_path = argc > 2 ? argv[2] : "build/bench-tier-scale.svg";
     size_t maxn = argc > 3 ? (size_t)atoll(argv[3]) : 1000000;
+    const char* disk_dir = argc > 4 ? argv[4] : "/var/tmp";
     static const size_t ns_[] = {1000, 4000, 16000, 64000, 256000, 1000000};
     enum { NN = sizeof ns_ / sizeof ns_[0] };
-    double miss[2][2][NN], hit[NN], meta[NN], own[NN];
+    double miss[2][2][NN], hit[NN], meta[NN], own[NN], disk[2][NN];
     int part[2][2][NN];
     size_t j, nn = 0;
     int p, th;
@@ -297,13 +305,13 @@ int main(int argc, char** argv) {
         printf("with the copies' bytes moved by the CPU: LRU, %zu tensors, %.0f ns per pair; %zu tensors, %.0f "
                "(%.2fx)\n", ns_[0], by0, last, by1, by0 > 0 ? by1 / by0 : -1);
     }
-    printf("%10s %12s %12s %12s %12s %12s %14s %10s\n", "tensors", "LRU", "LRU 2 thr", "learned", "learned 2 thr",
-           "hits only", "host B/tensor", "manager's");
+    printf("%10s %12s %12s %12s %12s %12s %14s %10s %10s %12s\n", "tensors", "LRU", "LRU 2 thr", "learned",
+           "learned 2 thr", "hits only", "host B/tensor", "manager's", "LRU+disk", "learned+disk");
     csv = fopen(csv_path, "w");
     if (csv)
         fprintf(csv, "tensors,lru_ns,lru_2threads_ns,learned_ns,learned_2threads_ns,hits_ns,host_bytes_per_tensor,"
                      "partial,copy_overhead_ns,lru_threaded_sim_1000_ns,lru_bytes_moved_first_ns,"
-                     "lru_bytes_moved_last_ns,manager_bytes_per_tensor\n");
+                     "lru_bytes_moved_last_ns,manager_bytes_per_tensor,lru_disk_ns,learned_disk_ns\n");
     for (j = 0; j < NN && ns_[j] <= maxn; j++, nn++) {
         int partial = 0;
         char cell[4][32];
@@ -318,36 +326,46 @@ int main(int argc, char** argv) {
             double a = alloc_meta(ns_[j]);
             own[j] = a >= 0 ? meta[j] - a : -1;
         }
+        g_disk = disk_dir; /* a disk tier beside: what its bookkeeping costs while nothing is written */
+        for (p = 0; p < 2; p++) {
+            int pd = 0;
+            disk[p][j] = run(ns_[j], p, 1, 0, &pd, NULL);
+            partial |= pd;
+        }
+        g_disk = NULL;
         for (p = 0; p < 4; p++) bench_cell(cell[p], sizeof cell[p], "%.0f", miss[p / 2][p % 2][j]);
-        printf("%10zu %12s %12s %12s %12s %12.0f %14.0f %10.0f%s\n", ns_[j], cell[0], cell[1], cell[2], cell[3], hit[j],
-               meta[j], own[j], partial ? "  (a pass stopped at the time limit)" : "");
+        printf("%10zu %12s %12s %12s %12s %12.0f %14.0f %10.0f %10.0f %12.0f%s\n", ns_[j], cell[0], cell[1], cell[2],
+               cell[3], hit[j], meta[j], own[j], disk[0][j], disk[1][j],
+               partial ? "  (a pass stopped at the time limit)" : "");
         fflush(stdout);
         if (csv)
-            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f,%.0f,%.0f,%.0f,%.0f\n", ns_[j], miss[0][0][j],
-                    miss[0][1][j], miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co, thr, by0, by1, own[j]);
+            fprintf(csv, "%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.0f,%d,%.0f,%.0f,%.0f,%.0f,%.0f,%.1f,%.1f\n", ns_[j],
+                    miss[0][0][j], miss[0][1][j], miss[1][0][j], miss[1][1][j], hit[j], meta[j], partial, co, thr, by0,
+                    by1, own[j], disk[0][j], disk[1][j]);
     }
     if (csv) fclose(csv);
     {
         FILE* svg = plot_open(svg_path, 760, 420);
         if (svg && nn) {
             double xs[NN], ys[NN], ymax = 3, ymin = 1e9;
-            const char* names[5] = {"LRU", "LRU, 2 threads", "learned", "learned, 2 threads", "hits only"};
-            const char* colors[5];
+            const char* names[7] = {"LRU", "LRU, 2 threads", "learned", "learned, 2 threads", "hits only",
+                                    "LRU, disk tier", "learned, disk tier"};
+            const char* colors[7];
             plot pl;
             int s;
             for (j = 0; j < nn; j++)
-                for (s = 0; s < 5; s++) {
-                    double v = s < 4 ? miss[s / 2][s % 2][j] : hit[j];
+                for (s = 0; s < 7; s++) {
+                    double v = s < 4 ? miss[s / 2][s % 2][j] : s == 4 ? hit[j] : disk[s - 5][j];
                     if (v > 0 && log10(v) > ymax) ymax = log10(v);
                     if (v > 0 && log10(v) < ymin) ymin = log10(v);
                 }
             pl = plot_panel(svg, 70, 40, 620, 320, 3, 6, floor(ymin), ceil(ymax),
                             "tiered manager: ns per acquire + release (log10) against tensors (log10)", "log10 tensors",
                             "log10 ns");
-            for (s = 0; s < 5; s++) {
+            for (s = 0; s < 7; s++) {
                 size_t m = 0;
                 for (j = 0; j < nn; j++) {
-                    double v = s < 4 ? miss[s / 2][s % 2][j] : hit[j];
+                    double v = s < 4 ? miss[s / 2][s % 2][j] : s == 4 ? hit[j] : disk[s - 5][j];
                     if (v <= 0) continue;
                     xs[m] = log10((double)ns_[j]);
                     ys[m++] = log10(v);
@@ -355,7 +373,7 @@ int main(int argc, char** argv) {
                 colors[s] = plot_colors[s];
                 plot_line(&pl, xs, ys, (int)m, colors[s], 0);
             }
-            plot_legend(&pl, names, colors, 5);
+            plot_legend(&pl, names, colors, 7);
         }
         plot_close(svg);
     }

@@ -942,6 +942,104 @@ static void test_detached_block(void) {
 #endif
 }
 
+/* A disk tier's bookkeeping does not grow with the tensors: after each
+   eviction, gm__host_clean looks at the host copies noted since its last
+   look (learned order), or at none while the host tier has room (LRU), not
+   at every tensor (tm->hc_looks counts what it looked at). Then learned
+   order over a repeating step with departures from it (other tensors,
+   overwrites, tensors made again, evictions to disk), gm_check after
+   every call: it finds any host copy Belady's order sends to disk that
+   was not noted. */
+static void test_clean_looks(void) {
+    enum { N = 2000, CYCLES = 5, M = 24, STEPS = 30 };
+    int learned;
+    for (learned = 0; learned < 2; learned++) {
+        gm_context* ctx = disk_ctx(4 * MiB, 16 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm__tier* tm;
+        gm_tensor* t = (gm_tensor*)calloc(N, sizeof *t);
+        gm_tier_stats a, b;
+        uint64_t looks = 0;
+        int i, c;
+        if (learned) T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        for (i = 0; i < N; i++) T_OK(gm_tensor_create(ctx, &t[i], 4 * KiB));
+        memset(&a, 0, sizeof a);
+        for (c = 0; c < CYCLES; c++) {
+            if (c == CYCLES - 2) {
+                T_OK(gm_tier_get_stats(ctx, &a));
+                looks = gm__tier_of(ctx)->hc_looks;
+            }
+            for (i = 0; i < N; i++) {
+                void* p;
+                T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+                T_OK(gm_tensor_release(ctx, t[i], NULL, 1)); /* written: its eviction copies it out */
+            }
+            if (learned) T_OK(gm_tier_step(ctx));
+        }
+        T_OK(gm_tier_get_stats(ctx, &b));
+        tm = gm__tier_of(ctx);
+        if (!T_CHECK(b.evictions - a.evictions >= N / 2)) printf("  (%lld evictions)\n", (long long)(b.evictions - a.evictions));
+        if (!T_CHECK(tm->hc_looks - looks <= (uint64_t)(learned ? 4 : 1) * (uint64_t)(b.evictions - a.evictions)))
+            printf("  (%s: %llu tensors looked at for %lld evictions)\n", learned ? "learned" : "LRU",
+                   (unsigned long long)(tm->hc_looks - looks), (long long)(b.evictions - a.evictions));
+        T_EQ(gm_check(ctx), 0);
+        for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+        free(t);
+        T_OK(gm_shutdown(ctx));
+    }
+    {
+        gm_context* ctx = disk_ctx(3 * MiB, 2 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm_tensor t[M];
+        size_t sz[M];
+        unsigned seed[M];
+        unsigned long long rs = 5;
+        int order[40], i, q, step;
+        gm_tier_stats st;
+        T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        for (i = 0; i < M; i++) {
+            sz[i] = (size_t)(1 + t_rand_r(&rs) % 4) * 128 * KiB;
+            seed[i] = 0;
+            T_OK(gm_tensor_create(ctx, &t[i], sz[i]));
+        }
+        for (q = 0; q < 40; q++) order[q] = (int)(t_rand_r(&rs) % M);
+        for (step = 0; step < STEPS; step++) {
+            for (q = 0; q < 40; q++) {
+                unsigned long long r = t_rand_r(&rs) % 100;
+                void* p;
+                i = r < 8 ? (int)(t_rand_r(&rs) % M) : order[q]; /* now and then another tensor */
+                if (r >= 8 && r < 11) { /* made again: a new tensor in the slot */
+                    T_OK(gm_tensor_destroy(ctx, t[i]));
+                    T_OK(gm_tensor_create(ctx, &t[i], sz[i]));
+                    seed[i] = 0;
+                } else if (r >= 11 && r < 14 && seed[i]) {
+                    gm_result e = gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK);
+                    T_CHECK(e == GM_OK || e == GM_ERR_DISK_FULL);
+                }
+                if (r >= 14 && r < 24) { /* an overwrite */
+                    T_OK(gm_tensor_acquire_as(ctx, t[i], NULL, GM_ACCESS_OVERWRITE, &p));
+                    T_OK(run(ctx, NULL, p, sz[i], ++seed[i], 1));
+                    T_OK(gm_tensor_release(ctx, t[i], NULL, 1));
+                } else if (r >= 24 && r < 50 && seed[i]) { /* a read */
+                    verify(ctx, t[i], sz[i], seed[i], NULL);
+                } else {
+                    use_rw(ctx, t[i], sz[i], &seed[i]);
+                }
+                T_EQ(gm_check(ctx), 0);
+            }
+            T_OK(gm_tier_step(ctx));
+            T_EQ(gm_check(ctx), 0);
+        }
+        T_OK(gm_tier_get_stats(ctx, &st));
+        T_CHECK(st.host_demotions > 0); /* the plan wrote host copies behind */
+        for (i = 0; i < M; i++) {
+            if (seed[i]) verify(ctx, t[i], sz[i], seed[i], NULL);
+            T_OK(gm_tensor_destroy(ctx, t[i]));
+        }
+        T_EQ(errors_now(ctx), 0);
+        T_EQ(gm_check(ctx), 0);
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -964,6 +1062,7 @@ int main(int argc, char** argv) {
     test_release_write();
     test_read_into_device();
     test_write_around();
+    test_clean_looks();
     test_detached_block();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);

@@ -174,8 +174,8 @@ else failed $? alloc; fi
 
 # ------------------------------------------------------------ tier scale
 p "## Tiered manager at scale" ""
-if run tier_scale "$B/bench-tier-scale" "$D/tier-scale.csv" "$D/tier-scale.svg" "$TIER_MAX"; then
-    p "\`$B/bench-tier-scale $D/tier-scale.csv $D/tier-scale.svg $TIER_MAX\`, sim: 4 KiB"
+if run tier_scale "$B/bench-tier-scale" "$D/tier-scale.csv" "$D/tier-scale.svg" "$TIER_MAX" "$SPILL_DIR"; then
+    p "\`$B/bench-tier-scale $D/tier-scale.csv $D/tier-scale.svg $TIER_MAX $SPILL_DIR\`, sim: 4 KiB"
     p "tensors, half of them fitting on the device, acquired and released in a"
     p "cycle so that every acquire evicts one tensor and brings one in; ns per"
     p "acquire + release (best of three passes, each ending when its copies"
@@ -183,7 +183,10 @@ if run tier_scale "$B/bench-tier-scale" "$D/tier-scale.csv" "$D/tier-scale.svg" 
     p "disjoint halves (the device then holds half of one thread's tensors);"
     p "then everything fitting (hits only); host bytes per tensor, all of"
     p "them (with the allocator's record of the tensor's device block) and the"
-    p "manager's own (less what as many plain 4 KiB \`gm_alloc\` cost). Up to"
+    p "manager's own (less what as many plain 4 KiB \`gm_alloc\` cost); then LRU"
+    p "and learned order with a disk tier beside and a host tier that holds"
+    p "every tensor (nothing is written: what the disk tier's bookkeeping"
+    p "costs). Up to"
     p "$TIER_MAX tensors (\`TIER_MAX\`). The sim runs each 4 KiB"
     p "copy in the calling thread when its stream is idle (\`sim.run_inline\`),"
     p "and moves no bytes (\`sim.move_bytes\` off; a device's copy engine"
@@ -192,11 +195,12 @@ if run tier_scale "$B/bench-tier-scale" "$D/tier-scale.csv" "$D/tier-scale.svg" 
     p "a miss at 10⁶ tensors is half a copy from memory out of the CPU's"
     p "caches; the figures would be the simulator's (the lines under the"
     p "table give both)." ""
-    p "| tensors | LRU | LRU, 2 threads | learned | learned, 2 threads | hits only | host bytes / tensor | the manager's | note |"
-    p "|---|---|---|---|---|---|---|---|---|"
+    p "| tensors | LRU | LRU, 2 threads | learned | learned, 2 threads | hits only | host bytes / tensor | the manager's | LRU, disk tier | learned, disk tier | note |"
+    p "|---|---|---|---|---|---|---|---|---|---|---|"
     awk "$AWKCSV"'NR > 1 { split_csv($0, f)
-        printf "| %d | %s | %s | %s | %s | %.0f | %d | %s |%s\n", f[1], num(f[2], "%.0f"), num(f[3], "%.0f"), num(f[4], "%.0f"),
-            num(f[5], "%.0f"), f[6], f[7], num(f[13], "%.0f"), f[8] + 0 ? " a pass stopped at the time limit |" : " |" }' \
+        printf "| %d | %s | %s | %s | %s | %.0f | %d | %s | %s | %s |%s\n", f[1], num(f[2], "%.0f"), num(f[3], "%.0f"),
+            num(f[4], "%.0f"), num(f[5], "%.0f"), f[6], f[7], num(f[13], "%.0f"), num(f[14], "%.0f"), num(f[15], "%.0f"),
+            f[8] + 0 ? " a pass stopped at the time limit |" : " |" }' \
         "$D/tier-scale.csv" >> "$PAGE"
     p "" "$(awk "$AWKCSV"'NR == 2 { split_csv($0, f); printf "One 4 KiB copy and its wait on a sim stream thread cost %.1f µs beyond the modelled link time (median of five medians of 201); with every copy on the stream threads, LRU at %d tensors costs %.0f ns per pair.", f[9] / 1000, f[1], f[10] }' "$D/tier-scale.csv")"
     p "$(awk "$AWKCSV"'NR > 1 { split_csv($0, f); n = f[1]; a = f[11]; b = f[12] } END { if (a > 0 && b > 0) printf "With the copies'"'"' bytes moved by the CPU, LRU costs %.0f ns per pair at 1000 tensors and %.0f at %d (%.2f×).", a, b, n, b / a }' "$D/tier-scale.csv")" ""
