@@ -8326,6 +8326,8 @@ typedef struct gm__tensor {
 /* Whether a copy above the host tier holds x's bytes: its unified-memory
    copy, or its device copy unless that is room only (gm__room_mark). */
 #define GM__HOLDS(x) (((x)->dev && (x)->prefetched != 2) || (x)->managed)
+/* Whether x's only copy of its bytes is its host copy (none on disk either). */
+#define GM__HOST_ONLY(x) ((x)->live && (x)->host_valid && !(x)->disk_valid && !GM__HOLDS(x))
 
 /* A tensor's record is 112 bytes on 64-bit targets: a field more costs every tensor. */
 typedef char gm__tensor_fits[sizeof(void*) != 8 || sizeof(gm__tensor) <= 112 ? 1 : -1];
@@ -8799,7 +8801,7 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
         if (st->host_bytes > st->peak_host_bytes) st->peak_host_bytes = st->host_bytes;
         if (st->disk_bytes > st->peak_disk_bytes) st->peak_disk_bytes = st->disk_bytes;
         if (st->managed_bytes > st->peak_managed_bytes) st->peak_managed_bytes = st->managed_bytes;
-        if (x->host_valid && !x->disk_valid && !GM__HOLDS(x)) gm__hc_note(tm, x); /* its only copy is in the host tier */
+        gm__hc_note(tm, x); /* its only copy may be in the host tier now */
     }
 }
 
@@ -9195,12 +9197,14 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
    of it fails), or by a change of the plan's verdicts (a new plan or
    phase, a jump of the position, the plan followed again: hc_all, one
    walk of every tensor); the position moving on by one passes only the
-   acquired tensor's use. Invariants: a tensor's hcq bit is set exactly
+   acquired tensor's use. Nothing is noted while learned order does not
+   plan (LRU, or the plan left): hc_all is set whenever it starts again.
+   Invariants: a tensor's hcq bit is set exactly
    while its slot is on tm->hcq, once; with a disk tier, under learned
    order and hc_all clear, every copy to write (gm__hc_writes) is noted,
    or has a write under way, or its tensor is acquired (noted, kept). */
 static void gm__hc_note(gm__tier* tm, gm__tensor* x) {
-    if (!tm->hc_on || x->hcq) return;
+    if (!tm->hc_on || !GM__PLANNED(tm) || !tm->leaves || x->hcq || !GM__HOST_ONLY(x)) return;
     if (tm->nhcq == tm->caphcq) {
         uint32_t cap = tm->caphcq ? tm->caphcq * 2 : 64;
         uint32_t* q = (uint32_t*)gm__grow_array(tm->hcq, tm->caphcq * sizeof *q, cap * sizeof *q);
@@ -9219,8 +9223,7 @@ static void gm__hc_note(gm__tier* tm, gm__tensor* x) {
    is not acquired): the only copy, no write under way, and Belady's order
    sends x to disk before its next use. */
 static int gm__hc_writes(const gm__tier* tm, const gm__tensor* x) {
-    return x->live && x->host_valid && !x->job && !GM__HOLDS(x) && !x->disk_valid &&
-           gm__leaves(tm, (uint32_t)(x - tm->t));
+    return GM__HOST_ONLY(x) && !x->job && gm__leaves(tm, (uint32_t)(x - tm->t));
 }
 
 static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
@@ -9231,19 +9234,11 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
     if (GM__PLANNED(tm) && tm->leaves) {
         /* a known future: exactly the copies Belady's order sends to disk before their next use
            are written, and no other */
-        if (tm->hc_all) {
+        if (tm->hc_all) { /* every copy to write is noted, then written below */
             tm->hc_all = 0;
             tm->hc_looks += tm->n;
-            for (i = 0; i < tm->n; i++) {
-                gm__tensor* x = &tm->t[i];
-                if (!gm__hc_writes(tm, x)) continue;
-                if (x->acquired) gm__hc_note(tm, x); /* looked at again below, and then while it is */
-                else if (gm__disk_behind(ctx, tm, x) != GM_OK) {
-                    tm->hc_all = 1; /* the rest next time */
-                    return;
-                } else
-                    tm->st.host_demotions++;
-            }
+            for (i = 0; i < tm->n; i++)
+                if (gm__hc_writes(tm, &tm->t[i])) gm__hc_note(tm, &tm->t[i]);
         }
         for (r = k = 0; r < tm->nhcq; r++) { /* tm->hcq may grow meanwhile (a write's end applied) */
             uint32_t j = tm->hcq[r];
@@ -9268,8 +9263,6 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
         tm->nhcq = k;
         return;
     }
-    for (r = 0; r < tm->nhcq; r++) tm->t[tm->hcq[r]].hcq = 0; /* LRU order does not look at them */
-    tm->nhcq = 0;
     free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
     if (free_room >= ctx->desc.host_budget / 2) return; /* the walk below would find enough already */
     tm->hc_looks += tm->n;
@@ -9283,7 +9276,7 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
         for (i = 0; i < tm->n; i++) { /* the coldest copy held nowhere else */
             gm__tensor* x = &tm->t[i];
             uint64_t when;
-            if (!x->live || !x->host_valid || x->job || x->acquired || GM__HOLDS(x) || x->disk_valid) continue;
+            if (!GM__HOST_ONLY(x) || x->job || x->acquired) continue;
             when = GM__PLANNED(tm) ? GM__NEVER - gm__next_use(tm, i) : x->stamp;
             if (!v || x->priority < v->priority ||
                 (x->priority == v->priority && when < (GM__PLANNED(tm) ? GM__NEVER - gm__next_use(tm, (uint32_t)(v - tm->t)) : v->stamp)))
@@ -10647,7 +10640,7 @@ static void gm__write_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
 static void gm__room_mark(gm__tier* tm, gm__tensor* x) {
     if (!x->dev || x->blank || (!x->host_valid && !x->disk_valid)) return;
     x->prefetched = 2;
-    if (x->host_valid && !x->disk_valid) gm__hc_note(tm, x); /* its only copy is in the host tier now */
+    gm__hc_note(tm, x); /* its only copy may be in the host tier now */
 }
 
 static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
@@ -10802,8 +10795,7 @@ static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     gm__learn_go(ctx, tm, i);
     gm__vh_moved(tm, was, cur);
     if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost) tm->hc_all = 1; /* more than i's use passed */
-    else if (i < tm->n && tm->t[i].host_valid && !tm->t[i].disk_valid && !GM__HOLDS(&tm->t[i]))
-        gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
+    else if (i < tm->n) gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
 }
 
 static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int overwrite) {
