@@ -1270,9 +1270,9 @@ typedef struct gm__sstate {
     gm__seg* vseg[2];       /* expandable segment of each pool, or NULL */
 } gm__sstate;
 
+typedef struct gm__mapent { uintptr_t k; void* v; } gm__mapent; /* k 0: an empty slot */
 typedef struct gm__ptrmap {
-    uintptr_t* keys;        /* 0: empty slot */
-    void** vals;
+    gm__mapent* e;          /* key and value side by side: a probe reads one line */
     size_t cap, count;      /* cap is a power of two, count <= cap / 2 */
 } gm__ptrmap;
 
@@ -1745,24 +1745,17 @@ static int gm__map_grow(gm__ptrmap* m) {
     size_t i;
     n.cap = m->cap ? m->cap * 2 : 256;
     n.count = 0;
-    n.keys = (uintptr_t*)gm__calloc(n.cap * sizeof(uintptr_t));
-    n.vals = (void**)GPUMEM_MALLOC(n.cap * sizeof(void*));
-    if (!n.keys || !n.vals) {
-        GPUMEM_FREE(n.keys);
-        GPUMEM_FREE(n.vals);
-        return 0;
-    }
+    n.e = (gm__mapent*)gm__calloc(n.cap * sizeof(gm__mapent));
+    if (!n.e) return 0;
     for (i = 0; i < m->cap; i++) {
-        if (m->keys[i]) {
-            size_t j = gm__map_home(&n, m->keys[i]);
-            while (n.keys[j]) j = (j + 1) & (n.cap - 1);
-            n.keys[j] = m->keys[i];
-            n.vals[j] = m->vals[i];
+        if (m->e[i].k) {
+            size_t j = gm__map_home(&n, m->e[i].k);
+            while (n.e[j].k) j = (j + 1) & (n.cap - 1);
+            n.e[j] = m->e[i];
             n.count++;
         }
     }
-    GPUMEM_FREE(m->keys);
-    GPUMEM_FREE(m->vals);
+    GPUMEM_FREE(m->e);
     *m = n;
     return 1;
 }
@@ -1771,41 +1764,49 @@ static int gm__map_put(gm__ptrmap* m, uintptr_t k, void* v) {
     size_t i;
     if ((m->count + 1) * 2 > m->cap && !gm__map_grow(m)) return 0;
     i = gm__map_home(m, k);
-    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
-    m->keys[i] = k;
-    m->vals[i] = v;
+    while (m->e[i].k) i = (i + 1) & (m->cap - 1);
+    m->e[i].k = k;
+    m->e[i].v = v;
     m->count++;
     return 1;
 }
 
+/* k's slot, or (size_t)-1 when absent. */
 static size_t gm__map_slot(const gm__ptrmap* m, uintptr_t k) {
     size_t i;
     if (!m->cap || !k) return (size_t)-1;
-    for (i = gm__map_home(m, k); m->keys[i]; i = (i + 1) & (m->cap - 1))
-        if (m->keys[i] == k) return i;
+    for (i = gm__map_home(m, k); m->e[i].k; i = (i + 1) & (m->cap - 1))
+        if (m->e[i].k == k) return i;
     return (size_t)-1;
 }
 
 static void* gm__map_get(const gm__ptrmap* m, uintptr_t k) {
     size_t i = gm__map_slot(m, k);
-    return i == (size_t)-1 ? NULL : m->vals[i];
+    return i == (size_t)-1 ? NULL : m->e[i].v;
+}
+
+/* Empties slot i (a gm__map_slot's answer), shifting back the entries
+   after it that may move there. */
+static void gm__map_del_at(gm__ptrmap* m, size_t i) {
+    size_t j, mask = m->cap - 1;
+    for (j = (i + 1) & mask; m->e[j].k; j = (j + 1) & mask) {
+        size_t h = gm__map_home(m, m->e[j].k);
+        /* the entry at j may move back to i unless its home lies in (i, j] */
+        if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
+        m->e[i] = m->e[j];
+        i = j;
+    }
+    m->e[i].k = 0;
+    m->e[i].v = NULL;
+    m->count--;
 }
 
 static void* gm__map_del(gm__ptrmap* m, uintptr_t k) {
-    size_t i = gm__map_slot(m, k), j, mask = m->cap - 1;
+    size_t i = gm__map_slot(m, k);
     void* v;
     if (i == (size_t)-1) return NULL;
-    v = m->vals[i];
-    for (j = (i + 1) & mask; m->keys[j]; j = (j + 1) & mask) {
-        size_t h = gm__map_home(m, m->keys[j]);
-        /* the entry at j may move back to i unless its home lies in (i, j] */
-        if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
-        m->keys[i] = m->keys[j];
-        m->vals[i] = m->vals[j];
-        i = j;
-    }
-    m->keys[i] = 0;
-    m->count--;
+    v = m->e[i].v;
+    gm__map_del_at(m, i);
     return v;
 }
 
@@ -2390,16 +2391,15 @@ static void gm__sim_shutdown(gm_context* ctx) {
     { /* what is still mapped goes back with the context */
         size_t i;
         for (i = 0; i < sim->maps.cap; i++)
-            if (sim->maps.keys[i] && ((uintptr_t)sim->maps.vals[i] & 4095) != 4) /* not registered memory: the caller's */
-                munmap((void*)sim->maps.keys[i], (size_t)((uintptr_t)sim->maps.vals[i] & ~(uintptr_t)4095));
+            if (sim->maps.e[i].k && ((uintptr_t)sim->maps.e[i].v & 4095) != 4) /* not registered memory: the caller's */
+                munmap((void*)sim->maps.e[i].k, (size_t)((uintptr_t)sim->maps.e[i].v & ~(uintptr_t)4095));
     }
     while (sim->mranges) {
         gm__sim_mrange* mr = sim->mranges;
         sim->mranges = mr->next;
         gm__sim_mfree(mr);
     }
-    GPUMEM_FREE(sim->maps.keys);
-    GPUMEM_FREE(sim->maps.vals);
+    GPUMEM_FREE(sim->maps.e);
     pthread_mutex_destroy(&sim->mu);
     GPUMEM_FREE(sim);
     ctx->bs = NULL;
@@ -2520,12 +2520,13 @@ static gm_result gm__sim_map(gm_context* ctx, void** out, size_t size, int which
 static gm_result gm__sim_unmap(gm_context* ctx, void* p, size_t size, int which) {
     static const char* kinds[] = {"device", "pinned host", "managed"};
     gm__sim* sim = GM__SIM(ctx);
-    size_t n = gm__page(size);
+    size_t n = gm__page(size), slot;
     uintptr_t have;
     gm__sim_mrange *mr = NULL, **pp;
     pthread_mutex_lock(&sim->mu);
-    have = (uintptr_t)gm__map_get(&sim->maps, (uintptr_t)p);
-    if (have == n + (size_t)which + 1) gm__map_del(&sim->maps, (uintptr_t)p);
+    slot = gm__map_slot(&sim->maps, (uintptr_t)p);
+    have = slot == (size_t)-1 ? 0 : (uintptr_t)sim->maps.e[slot].v;
+    if (have == n + (size_t)which + 1) gm__map_del_at(&sim->maps, slot);
     if (have == n + (size_t)which + 1 && which == 2) { /* its chunks leave the device with it */
         size_t i;
         for (pp = &sim->mranges; *pp && (*pp)->base != (char*)p; pp = &(*pp)->next) {}
@@ -6058,16 +6059,18 @@ static gm_result gm__diagnose(gm_context* ctx, const void* ptr, const char* what
 static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     gm__block* b;
     int pl, ps;
+    size_t slot;
     pthread_mutex_lock(&ctx->mu);
     gm__tc_fold(ctx);
-    b = (gm__block*)gm__map_get(&ctx->map, (uintptr_t)ptr);
+    slot = gm__map_slot(&ctx->map, (uintptr_t)ptr);
+    b = slot == (size_t)-1 ? NULL : (gm__block*)ctx->map.e[slot].v;
     if (!b || b->owner != owner || !gm__tc_leave_block(b)) { /* unified memory of the owner's, or a mistake */
         gm_result r = b ? GM_ERR_FOREIGN_POINTER : gm__managed_put(ctx, ptr, owner);
         if (r != GM_OK) r = gm__diagnose(ctx, ptr, "gm_free");
         gm__unlock(ctx);
         return r;
     }
-    gm__map_del(&ctx->map, (uintptr_t)ptr);
+    gm__map_del_at(&ctx->map, slot);
     gm__mark_freed(b->seg, b->addr);
     pl = (int)(b->seg->arena - ctx->pool);
     ps = gm__pool_stat(pl);
@@ -6517,9 +6520,9 @@ static void gm__check_device(gm_context* ctx, gm__ck* ck) {
         size_t cached = 0;
         const gm__mblock* mb;
         for (i = 0; i < ctx->managed.cap; i++) {
-            uintptr_t k = ctx->managed.keys[i];
+            uintptr_t k = ctx->managed.e[i].k;
             if (!k) continue;
-            mb = (const gm__mblock*)ctx->managed.vals[i];
+            mb = (const gm__mblock*)ctx->managed.e[i].v;
             if (mb->owner == GM__OWN_USER) m += (int64_t)mb->size;
             if (gm__map_get(&ctx->map, k))
                 gm__broken(ck, "unified memory: block %#lx (%zu bytes) is also a block of the device pools",
@@ -6546,9 +6549,9 @@ static void gm__check_device(gm_context* ctx, gm__ck* ck) {
         gm__broken(ck, "device: %zu pointers mapped, %lld blocks in use", ctx->map.count,
                    (long long)(used_n[0] + used_n[1]));
     for (i = 0; i < ctx->map.cap; i++) {
-        uintptr_t k = ctx->map.keys[i];
+        uintptr_t k = ctx->map.e[i].k;
         if (!k) continue;
-        b = (gm__block*)ctx->map.vals[i];
+        b = (gm__block*)ctx->map.e[i].v;
         if (b->addr != k || b->state != GM__USED || (b->seg->arena != &ctx->pool[0] && b->seg->arena != &ctx->pool[1]) ||
             (gm__block*)gm__map_get(&ctx->map, k) != b) {
             const char* what = b->addr != k                      ? "its block is elsewhere"
@@ -6572,11 +6575,11 @@ static void gm__check_device(gm_context* ctx, gm__ck* ck) {
         gm__broken(ck, "device: %zu blocks held by the planned mode, which has %s region", nplan,
                    gm__plan_region(ctx) ? "one" : "no");
     for (i = 0; i < ctx->raw.cap; i++) { /* raw memory is no block of the cache */
-        uintptr_t k = ctx->raw.keys[i];
+        uintptr_t k = ctx->raw.e[i].k;
         if (!k) continue;
         if (gm__arena_seg_of(&ctx->pool[0], k) || gm__arena_seg_of(&ctx->pool[1], k) || gm__map_get(&ctx->managed, k))
             gm__broken(ck, "device: raw memory at %#lx is also memory of the allocator", (unsigned long)k);
-        else if (!ctx->raw.vals[i])
+        else if (!ctx->raw.e[i].v)
             gm__broken(ck, "device: raw memory at %#lx has no size", (unsigned long)k);
     }
     for (b = ctx->pending; b && npend <= ctx->npending + (size_t)(pend_n[0] + pend_n[1]); b = b->r) {
@@ -6771,10 +6774,10 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
         gm__log(ctx, GM_LOG_WARN, "shutdown: %zu allocations were never freed; releasing them",
                 ctx->map.count + ctx->managed.count + ctx->raw.count);
     for (i = 0; i < ctx->raw.cap; i++)
-        if (ctx->raw.keys[i]) ctx->be->dev_free(ctx, (void*)ctx->raw.keys[i], (size_t)(uintptr_t)ctx->raw.vals[i]);
+        if (ctx->raw.e[i].k) ctx->be->dev_free(ctx, (void*)ctx->raw.e[i].k, (size_t)(uintptr_t)ctx->raw.e[i].v);
     for (i = 0; i < ctx->managed.cap; i++) /* the device was synchronized above */
-        if (ctx->managed.keys[i]) {
-            gm__mblock* m = (gm__mblock*)ctx->managed.vals[i];
+        if (ctx->managed.e[i].k) {
+            gm__mblock* m = (gm__mblock*)ctx->managed.e[i].v;
             m->next = ctx->mcache, ctx->mcache = m;
         }
     while (ctx->mpending) {
@@ -6802,12 +6805,9 @@ GPUMEM_API gm_result gm_shutdown(gm_context* ctx) {
     while (ctx->nevfree) ctx->be->event_destroy(ctx, ctx->evfree[--ctx->nevfree]);
     GPUMEM_FREE(ctx->evfree);
     GPUMEM_FREE(ctx->ss);
-    GPUMEM_FREE(ctx->map.keys);
-    GPUMEM_FREE(ctx->map.vals);
-    GPUMEM_FREE(ctx->managed.keys);
-    GPUMEM_FREE(ctx->managed.vals);
-    GPUMEM_FREE(ctx->raw.keys);
-    GPUMEM_FREE(ctx->raw.vals);
+    GPUMEM_FREE(ctx->map.e);
+    GPUMEM_FREE(ctx->managed.e);
+    GPUMEM_FREE(ctx->raw.e);
     if (ctx->trace && fclose(ctx->trace) != 0) gm__log(ctx, GM_LOG_WARN, "trace: write failed: %s", strerror(errno));
     pthread_mutex_unlock(&ctx->mu);
     ctx->be->shutdown(ctx);
@@ -12005,7 +12005,7 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                            gm__handle_id(tm, x), x->bytes);
         }
         for (k = 0; k < ctx->map.cap; k++)
-            if (ctx->map.keys[k] && ((const gm__block*)ctx->map.vals[k])->owner == GM__OWN_TENSOR) held++;
+            if (ctx->map.e[k].k && ((const gm__block*)ctx->map.e[k].v)->owner == GM__OWN_TENSOR) held++;
         pthread_mutex_unlock(&ctx->mu);
         if (held != ndev) gm__broken(ck, "tier: %zu device blocks held for tensors, %zu tensors on the device", held, ndev);
     }
@@ -13271,7 +13271,7 @@ static void gm__plan_record(gm__plan* pl, void** old) {
     pl->nrec = 0;
     pl->clock = 0;
     pl->mark = UINT64_MAX;
-    for (i = 0; i < pl->recmap.cap; i++) pl->recmap.keys[i] = 0;
+    for (i = 0; i < pl->recmap.cap; i++) pl->recmap.e[i].k = 0;
     pl->recmap.count = 0;
     *old = NULL;
     if (!pl->nlive) {
@@ -13581,8 +13581,8 @@ static void gm__plan_destroy(gm_context* ctx) {
     if (pl->base) gm__free(ctx, pl->base, GM__OWN_PLAN);
     gm__plan_drop_arrays(pl);
     GPUMEM_FREE(pl->rec);
-    GPUMEM_FREE(pl->recmap.keys), GPUMEM_FREE(pl->recmap.vals);
-    GPUMEM_FREE(pl->livemap.keys), GPUMEM_FREE(pl->livemap.vals);
+    GPUMEM_FREE(pl->recmap.e);
+    GPUMEM_FREE(pl->livemap.e);
     GPUMEM_FREE(pl);
 }
 

@@ -223,8 +223,7 @@ static void test_ptrmap(void) {
     T_EQ(bad, 0);
     T_EQ(m.count, 5000 - 1667);
     T_CHECK(gm__map_get(&m, 12345) == NULL);
-    GPUMEM_FREE(m.keys);
-    GPUMEM_FREE(m.vals);
+    GPUMEM_FREE(m.e);
 }
 
 int main(void) {

@@ -321,8 +321,7 @@ GM_TORCH_API int gm_torch_shutdown(void) {
         gm_torch_fraction[i] = 0;
     }
     if (!busy) {
-        GPUMEM_FREE(gm_torch_dev.keys);
-        GPUMEM_FREE(gm_torch_dev.vals);
+        GPUMEM_FREE(gm_torch_dev.e);
         memset(&gm_torch_dev, 0, sizeof gm_torch_dev);
     }
     pthread_mutex_unlock(&gm_torch_mu);
