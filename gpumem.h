@@ -8315,6 +8315,7 @@ typedef struct gm__tensor {
     unsigned use_last : 1;  /* and every one was GM_ACCESS_READ_LAST */
     unsigned read_ahead : 1; /* its host copy was read from disk ahead of use, not used yet */
     unsigned hcq : 1;       /* its slot is on tm->hcq (kept as the slot is reused) */
+    unsigned hsoon : 1;     /* counted in tm->hsoon (gm__hsoon) */
     uint32_t acquired;
     int priority;
     uint32_t crc;           /* CRC32C of the bytes on disk */
@@ -8358,6 +8359,12 @@ typedef struct gm__prio {
 } gm__prio;
 
 /* An entry of the learned victims' heap (>>tier: learned victims). */
+typedef struct gm__hent { /* a host victim heap's entry (>>tier: host victims) */
+    uint64_t key;
+    uint32_t i;
+    int prio;
+} gm__hent;
+
 typedef struct gm__vent {
     uint64_t key, lseq;
     int prio;
@@ -8431,6 +8438,13 @@ typedef struct gm__tier {
     int hc_on;              /* there is a disk tier: gm__tier_count notes them */
     int hc_all;             /* look at every tensor instead: the plan's verdicts changed */
     uint64_t hc_looks;      /* tensors gm__host_clean looked at so far (for tests) */
+    gm__hent* hh[3];        /* host victims by class (>>tier: host victims) */
+    uint32_t nhh[3], caphh[3];
+    int hh_ok;              /* the heaps hold what their invariants say; else built when next asked */
+    int hh_planned;         /* keyed by next use (learned order planning), else by stamp */
+    uint32_t nhost;         /* live tensors with a valid host copy */
+    uint64_t hh_builds, hh_looks; /* builds, and entries looked at (for tests) */
+    size_t hsoon;           /* bytes of host copies that may go without a write (gm__hsoon) */
 } gm__tier;
 
 #define GM__IN(tm) ((tm)->tk[GM__TK_IN].s)
@@ -8657,6 +8671,7 @@ static int gm__listed(const gm__tier* tm, const gm__tensor* x) {
 }
 
 static void gm__vh_push(gm__tier* tm, gm__tensor* x);
+static void gm__host_note(gm__tier* tm, gm__tensor* x);
 
 static void gm__lru_del(gm__tier* tm, gm__tensor* x) {
     uint32_t k = gm__lru_key(tm, x);
@@ -8793,7 +8808,7 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
     int64_t b = sign * (int64_t)x->bytes;
     if (x->dev) tm->st.device_bytes += b;
     else if (x->managed) tm->st.managed_bytes += b;
-    if (x->host_valid) tm->st.host_bytes += b;
+    if (x->host_valid) tm->st.host_bytes += b, tm->nhost += (uint32_t)sign;
     if (x->disk_valid) tm->st.disk_bytes += b;
     if (sign > 0) {
         gm_tier_stats* st = &tm->st;
@@ -8801,7 +8816,7 @@ static void gm__tier_count(gm__tier* tm, gm__tensor* x, int sign) {
         if (st->host_bytes > st->peak_host_bytes) st->peak_host_bytes = st->host_bytes;
         if (st->disk_bytes > st->peak_disk_bytes) st->peak_disk_bytes = st->disk_bytes;
         if (st->managed_bytes > st->peak_managed_bytes) st->peak_managed_bytes = st->managed_bytes;
-        gm__hc_note(tm, x); /* its only copy may be in the host tier now */
+        gm__host_note(tm, x); /* its host copy's class may have changed, or its only copy be there now */
     }
 }
 
@@ -9021,6 +9036,7 @@ static gm_result gm__disk_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     j->gen = x->gen;
     x->disk = e;
     x->job = j;
+    gm__host_note(tm, x); /* a write under way: its host copy may go once it ends */
     gm__job_submit(dk, j, 0);
     return GM_OK;
 }
@@ -9051,6 +9067,7 @@ static gm_result gm__dev_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     j->gen = x->gen;
     x->disk = e;
     x->job = j;
+    gm__host_note(tm, x); /* a write under way: its host copy may go once it ends */
     gm__job_submit(dk, j, 0);
     return GM_OK;
 }
@@ -9073,6 +9090,7 @@ static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm
     j->gen = x->gen;
     x->host = hb;
     x->job = j;
+    gm__host_note(tm, x);
     gm__job_submit(dk, j, urgent);
     return GM_OK;
 }
@@ -9103,37 +9121,261 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
 }
 
-/* A host copy to give up for room, cheapest first: one the device also
-   holds (free), then one on disk too (a read if it is wanted again), then,
-   with can_write, one that must first be written to disk; within each,
-   lowest priority first, then used farthest ahead (learned) or least
-   recently (else). With `after` (learned), only copies used later than that
-   many acquires from now. Never that of an acquired tensor (bringing it in
-   may be reading its host copy, and it is out of the byte counts
-   meanwhile), nor one whose disk job is under way. */
-static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int can_write, uint64_t after) {
-    gm__tensor* best = NULL;
-    int best_kept = 0;
-    uint64_t best_when = 0;
+/* >>tier: host victims. When the host tier is full, the host copy to
+   give up for room is the cheapest: one the device also holds (class 0,
+   dropped for free), then one on disk too (1: a read if it is wanted
+   again), then one held nowhere else (2: written to disk first); within a
+   class, lowest priority first, then used farthest ahead (learned order
+   planning) or least recently (else), then the lowest slot. Never that of
+   an acquired tensor (bringing it in may be reading its host copy, and it
+   is out of the byte counts meanwhile), nor one whose disk job is under
+   way. Three binary heaps, one per class, make that choice O(log n)
+   amortized instead of a walk of every tensor. An entry (gm__hent) holds
+   a slot, its priority and a key, lower first (gm__hh_key: the stamp, or
+   GM__NEVER less the next use as a plan position, gm__vh_key). Entries
+   stay when their tensor changes: the top is checked against its tensor
+   as it is now (gm__hh_pick), dropped when the tensor may not be given up
+   (gm__hh_can) or is of another class, and re-keyed when its priority or
+   key moved.
+   Invariants, while tm->hh_ok (under tm->mu):
+   - every tensor that may be given up has an entry in its class's heap
+     that goes no later than the tensor as it is now. Whatever makes a
+     tensor one that may be given up, or moves its class, pushes an entry
+     (gm__host_note: from gm__tier_count, a release, a disk job's start,
+     gm__room_mark, a change of priority, the plan position passing its
+     use); stamps only grow and a next use moves later only when the
+     position passes it, so an older entry only goes earlier;
+   - a push past twice the host copies plus 64 entries clears hh_ok
+     instead (stale entries do not pile up);
+   - the keys are of the kind hh_planned says (GM__PLANNED when built).
+   A change of next uses at large (a new plan or phase, a jump of the
+   position) clears hh_ok, as it clears vh_ok, and the next choice builds
+   the heaps from every tensor, O(n). They are built only when a choice is
+   first asked for (the host tier full): until then nothing is pushed.
+   tm->hsoon: the bytes (x->bytes each) of host copies that may go without
+   a write: held above too, on disk too, or with a write under way. A
+   tensor's hsoon bit says whether it is counted; gm__host_note brings
+   both up to date, and the calls that push entries keep them exact. */
+static uint64_t gm__vh_key(const gm__tier* tm, uint32_t i);
+
+static int gm__hclass(const gm__tensor* x) {
+    return GM__HOLDS(x) ? 0 : x->disk_valid ? 1 : 2;
+}
+
+static int gm__hh_can(const gm__tensor* x) {
+    return x->live && x->host_valid && x->host && !x->acquired && !x->job;
+}
+
+static int gm__hsoon_is(const gm__tensor* x) {
+    return x->live && x->host_valid && (GM__HOLDS(x) || x->disk_valid || x->job);
+}
+
+static uint64_t gm__hh_key(const gm__tier* tm, const gm__tensor* x, int planned) {
+    uint64_t k;
+    if (!planned) return x->stamp;
+    k = gm__vh_key(tm, (uint32_t)(x - tm->t));
+    return k >= GM__NEVER ? 0 : GM__NEVER - k;
+}
+
+static gm__hent gm__hh_entry(const gm__tier* tm, const gm__tensor* x) {
+    gm__hent e;
+    e.key = gm__hh_key(tm, x, tm->hh_planned);
+    e.i = (uint32_t)(x - tm->t);
+    e.prio = x->priority;
+    return e;
+}
+
+static int gm__hh_before(const gm__hent* a, const gm__hent* b) {
+    if (a->prio != b->prio) return a->prio < b->prio;
+    if (a->key != b->key) return a->key < b->key;
+    return a->i < b->i;
+}
+
+static void gm__hh_sift(gm__hent* h, uint32_t n, uint32_t k) {
+    gm__hent e = h[k];
+    for (;;) {
+        uint32_t c = 2 * k + 1;
+        if (c >= n) break;
+        if (c + 1 < n && gm__hh_before(&h[c + 1], &h[c])) c++;
+        if (!gm__hh_before(&h[c], &e)) break;
+        h[k] = h[c];
+        k = c;
+    }
+    h[k] = e;
+}
+
+/* e enters heap h at its end, k (the heap then holds k + 1 entries). */
+static void gm__hh_up(gm__hent* h, uint32_t k, gm__hent e) {
+    for (; k && gm__hh_before(&e, &h[(k - 1) / 2]); k = (k - 1) / 2) h[k] = h[(k - 1) / 2];
+    h[k] = e;
+}
+
+static void gm__hh_pop(gm__tier* tm, int c) {
+    tm->hh[c][0] = tm->hh[c][--tm->nhh[c]];
+    gm__hh_sift(tm->hh[c], tm->nhh[c], 0);
+}
+
+/* Room for one more entry in heap c; 0 when there is no memory for it. */
+static int gm__hh_room(gm__tier* tm, int c) {
+    uint32_t cap;
+    gm__hent* h;
+    if (tm->nhh[c] < tm->caphh[c]) return 1;
+    cap = tm->caphh[c] ? tm->caphh[c] * 2 : 64;
+    h = (gm__hent*)gm__grow_array(tm->hh[c], tm->caphh[c] * sizeof *h, cap * sizeof *h);
+    if (!h) return 0;
+    tm->hh[c] = h;
+    tm->caphh[c] = cap;
+    return 1;
+}
+
+/* The heaps from every tensor, O(n). */
+static int gm__hh_build(gm__tier* tm) {
     uint32_t i;
+    int c;
+    tm->hh_ok = 0;
+    tm->hh_planned = GM__PLANNED(tm);
+    for (c = 0; c < 3; c++) tm->nhh[c] = 0;
+    for (i = 0; i < tm->n; i++) {
+        const gm__tensor* x = &tm->t[i];
+        if (!gm__hh_can(x)) continue;
+        c = gm__hclass(x);
+        if (!gm__hh_room(tm, c)) return 0;
+        tm->hh[c][tm->nhh[c]++] = gm__hh_entry(tm, x);
+    }
+    for (c = 0; c < 3; c++)
+        for (i = tm->nhh[c] / 2; i-- > 0;) gm__hh_sift(tm->hh[c], tm->nhh[c], i);
+    tm->hh_ok = 1;
+    tm->hh_builds++;
+    tm->hh_looks += tm->n;
+    return 1;
+}
+
+/* x changed in a way the host tier's choices see: its hsoon count, its
+   heap entry (when it may be given up), and learned order's note of a
+   copy to write (gm__hc_note). Cheap to call more often than needed. */
+static void gm__host_note(gm__tier* tm, gm__tensor* x) {
+    unsigned soon = (unsigned)gm__hsoon_is(x);
+    if (soon != x->hsoon) {
+        if (soon) tm->hsoon += x->bytes;
+        else tm->hsoon -= x->bytes;
+        x->hsoon = soon & 1u;
+    }
+    if (tm->hh_ok && gm__hh_can(x)) {
+        int c = gm__hclass(x);
+        if (tm->nhh[0] + tm->nhh[1] + tm->nhh[2] >= 2 * (uint64_t)tm->nhost + 64 || !gm__hh_room(tm, c))
+            tm->hh_ok = 0; /* built again when next asked */
+        else
+            gm__hh_up(tm->hh[c], tm->nhh[c]++, gm__hh_entry(tm, x));
+    }
+    gm__hc_note(tm, x);
+}
+
+/* The plan position moved from `was` (phase `cur`): the tensors whose uses
+   it passed get entries with their next uses (as gm__vh_moved). */
+static void gm__hh_moved(gm__tier* tm, uint32_t was, int cur) {
+    uint32_t q;
+    if (!tm->hh_ok || !tm->hh_planned || tm->pos <= was) return;
+    if (tm->cur != cur || tm->pos - was > 256) {
+        tm->hh_ok = 0;
+        return;
+    }
+    for (q = was; q < tm->pos && q < tm->nplan; q++) {
+        gm__tensor* x = &tm->t[GM__PLAN_T(tm->plan[q])];
+        if (gm__hh_can(x)) gm__host_note(tm, x);
+    }
+}
+
+/* The choice walking every tensor, O(n): where the heaps cannot be had
+   (no memory), and for tests to compare with. */
+static gm__tensor* gm__hh_walk(gm__tier* tm, const gm__tensor* except, int lo, int hi, uint64_t after) {
+    gm__tensor* best = NULL;
+    gm__hent be, e;
+    int bc = 0, planned = GM__PLANNED(tm);
+    uint32_t i;
+    memset(&be, 0, sizeof be);
+    tm->hh_looks += tm->n;
     for (i = 0; i < tm->n; i++) {
         gm__tensor* x = &tm->t[i];
-        int kept;
-        uint64_t when, nu;
-        if (!x->live || !x->host_valid || x == except || x->acquired || x->job) continue;
-        kept = GM__HOLDS(x) ? 0 : x->disk_valid ? 1 : 2; /* 2: the only copy, must be written */
-        if (kept == 2 && !can_write) continue;
-        nu = GM__PLANNED(tm) ? gm__next_use(tm, i) : 0;
-        if (after && nu <= after) continue;
-        when = GM__PLANNED(tm) ? GM__NEVER - nu : x->stamp; /* lower goes first */
-        if (!best || kept < best_kept ||
-            (kept == best_kept && (x->priority < best->priority || (x->priority == best->priority && when < best_when)))) {
-            best = x;
-            best_kept = kept;
-            best_when = when;
-        }
+        int c;
+        if (!gm__hh_can(x) || x == except || (c = gm__hclass(x)) < lo || c > hi) continue;
+        if (after && (!planned || gm__next_use(tm, i) <= after)) continue;
+        e.key = gm__hh_key(tm, x, planned);
+        e.i = i;
+        e.prio = x->priority;
+        if (!best || c < bc || (c == bc && gm__hh_before(&e, &be))) best = x, bc = c, be = e;
     }
     return best;
+}
+
+#define GM__HH_ASIDE 256 /* entries a choice passes over (except, or used too soon), at most */
+
+/* The cheapest host copy of class lo .. hi to give up (NULL: none), not
+   except's; with `after` (learned order), only one used later than that
+   many acquires from now. Passing over more than GM__HH_ASIDE entries
+   used too soon, it gives up: NULL. */
+static gm__tensor* gm__hh_pick(gm__tier* tm, const gm__tensor* except, int lo, int hi, uint64_t after) {
+    gm__hent aside[GM__HH_ASIDE];
+    gm__tensor* found = NULL;
+    int c, full = 0;
+    if (after && !GM__PLANNED(tm)) return NULL;
+    if ((!tm->hh_ok || tm->hh_planned != GM__PLANNED(tm)) && !gm__hh_build(tm))
+        return gm__hh_walk(tm, except, lo, hi, after);
+    for (c = lo; c <= hi && !found && !full; c++) {
+        gm__hent* h = tm->hh[c];
+        uint32_t na = 0, k;
+        while (tm->nhh[c]) {
+            gm__tensor* x = &tm->t[h[0].i];
+            gm__hent now;
+            tm->hh_looks++;
+            if (!gm__hh_can(x) || gm__hclass(x) != c) { /* stale: whatever made it current again pushed anew */
+                gm__hh_pop(tm, c);
+                continue;
+            }
+            now = gm__hh_entry(tm, x);
+            if (now.key != h[0].key || now.prio != h[0].prio) { /* it went earlier than it is: to its place */
+                h[0] = now;
+                gm__hh_sift(h, tm->nhh[c], 0);
+                continue;
+            }
+            if (x == except || (after && gm__next_use(tm, h[0].i) <= after)) {
+                if (na == GM__HH_ASIDE) {
+                    full = 1;
+                    break;
+                }
+                aside[na++] = h[0];
+                gm__hh_pop(tm, c);
+                continue;
+            }
+            found = x;
+            break;
+        }
+        for (k = 0; k < na; k++) gm__hh_up(h, tm->nhh[c]++, aside[k]); /* back: their room is still there */
+    }
+    return full ? NULL : found;
+}
+
+/* A host copy to give up for room, cheapest first (above), of class 0 or
+   1, or with can_write also 2. */
+static gm__tensor* gm__host_victim(gm__tier* tm, const gm__tensor* except, int can_write, uint64_t after) {
+    return gm__hh_pick(tm, except, 0, can_write ? 2 : 1, after);
+}
+
+/* The tensor whose write of its host copy to disk ends soonest (the
+   engine runs its jobs in their list's order; one done already first),
+   of those whose host copy could then go; NULL when none. O(jobs). */
+static gm__tensor* gm__write_soonest(gm_context* ctx, gm__tier* tm) {
+    gm__disk* dk = (gm__disk*)ctx->disk;
+    gm__tensor* w = NULL;
+    const gm__job* j;
+    int pass;
+    pthread_mutex_lock(&dk->mu);
+    for (pass = 0; pass < 2 && !w; pass++)
+        for (j = pass ? dk->jobs : dk->done; j && !w; j = j->next) {
+            gm__tensor* x = j->kind == GM__J_WRITE_MEM && j->ti < tm->n ? &tm->t[j->ti] : NULL;
+            if (x && x->live && x->job == j && x->host_valid && x->host && !x->acquired) w = x;
+        }
+    pthread_mutex_unlock(&dk->mu);
+    return w;
 }
 
 /* Learned order with a disk tier, x leaving the device and the host tier
@@ -9154,16 +9396,11 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
     if (gm__round_up(bytes ? bytes : 1, 4096) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
         gm__tensor* v;
-        uint32_t i;
         if (around && gm__goes_around(ctx, tm, except)) return NULL;
         around = 0;
         v = gm__host_victim(tm, except, 0, 0);
-        if (!v && ctx->disk) { /* a write under way ends soonest: wait for the oldest's tensor */
-            gm__tensor* w = NULL;
-            for (i = 0; i < tm->n; i++)
-                if (tm->t[i].live && tm->t[i].job && tm->t[i].job->kind == GM__J_WRITE_MEM && tm->t[i].host_valid &&
-                    !tm->t[i].acquired && tm->t[i].host && (!w || tm->t[i].stamp < w->stamp))
-                    w = &tm->t[i];
+        if (!v && ctx->disk) { /* a write under way ends soonest: wait for it */
+            gm__tensor* w = gm__write_soonest(ctx, tm);
             if (w) {
                 (void)gm__io_wait(ctx, tm, w);
                 continue;
@@ -9227,7 +9464,7 @@ static int gm__hc_writes(const gm__tier* tm, const gm__tensor* x) {
 }
 
 static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
-    size_t free_room, soon = 0;
+    size_t free_room, soon;
     uint32_t i, k, r;
     int failed = 0;
     if (!ctx->disk || tm->host_reserved > ctx->desc.host_budget) return;
@@ -9264,27 +9501,15 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
         return;
     }
     free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
-    if (free_room >= ctx->desc.host_budget / 2) return; /* the walk below would find enough already */
-    tm->hc_looks += tm->n;
-    for (i = 0; i < tm->n; i++) {
-        const gm__tensor* x = &tm->t[i];
-        if (x->live && x->host_valid && (GM__HOLDS(x) || x->disk_valid || x->job)) soon += x->host->size;
-    }
+    if (free_room >= ctx->desc.host_budget / 2) return; /* the loop below would find enough already */
+    soon = tm->hsoon;
     while (free_room + soon < ctx->desc.host_budget / 2) {
-        gm__tensor* v = NULL;
-        tm->hc_looks += tm->n;
-        for (i = 0; i < tm->n; i++) { /* the coldest copy held nowhere else */
-            gm__tensor* x = &tm->t[i];
-            uint64_t when;
-            if (!GM__HOST_ONLY(x) || x->job || x->acquired) continue;
-            when = GM__PLANNED(tm) ? GM__NEVER - gm__next_use(tm, i) : x->stamp;
-            if (!v || x->priority < v->priority ||
-                (x->priority == v->priority && when < (GM__PLANNED(tm) ? GM__NEVER - gm__next_use(tm, (uint32_t)(v - tm->t)) : v->stamp)))
-                v = x;
-        }
+        uint64_t looks = tm->hh_looks;
+        gm__tensor* v = gm__hh_pick(tm, NULL, 2, 2, 0); /* the coldest copy held nowhere else */
+        tm->hc_looks += tm->hh_looks - looks;
         if (!v || gm__disk_behind(ctx, tm, v) != GM_OK) return;
         tm->st.host_demotions++;
-        soon += v->host->size;
+        soon += v->bytes;
     }
 }
 
@@ -10640,7 +10865,7 @@ static void gm__write_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
 static void gm__room_mark(gm__tier* tm, gm__tensor* x) {
     if (!x->dev || x->blank || (!x->host_valid && !x->disk_valid)) return;
     x->prefetched = 2;
-    gm__hc_note(tm, x); /* its only copy may be in the host tier now */
+    gm__host_note(tm, x); /* its host copy's class changed; its only copy may be there now */
 }
 
 static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
@@ -10683,6 +10908,7 @@ static void gm__phase_free(gm__phase* f) {
 static void gm__phase_activate(gm__tier* tm, int k) {
     gm__phase* f = &tm->ph[k];
     tm->vh_ok = 0; /* every next use changes */
+    tm->hh_ok = 0;
     tm->hc_all = 1; /* and every verdict */
     tm->cur = k;
     tm->plan = f->plan;
@@ -10794,6 +11020,7 @@ static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     int cur = tm->cur, lost = tm->lost;
     gm__learn_go(ctx, tm, i);
     gm__vh_moved(tm, was, cur);
+    gm__hh_moved(tm, was, cur);
     if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost) tm->hc_all = 1; /* more than i's use passed */
     else if (i < tm->n) gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
 }
@@ -10809,7 +11036,7 @@ static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int ove
     tm->rec[tm->nrec++] = (uint32_t)(x - tm->t) | (overwrite ? GM__PLAN_OW : 0u);
     if (tm->named && tm->nrec == 1 && tm->closed >= 0) { /* what followed */
         tm->ph[tm->closed].next = tm->rec_phase;
-        if (tm->closed == tm->cur) tm->vh_ok = 0; /* the next step's uses change */
+        if (tm->closed == tm->cur) tm->vh_ok = tm->hh_ok = 0; /* the next step's uses change */
     }
     gm__learn_follow(ctx, tm, (uint32_t)(x - tm->t));
 }
@@ -10832,6 +11059,7 @@ static int gm__dev_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream
     x->acquired++; /* not a victim of its own room */
     r = gm__dev_room(ctx, tm, x, s, 1, 0);
     x->acquired--;
+    gm__host_note(tm, x); /* it may be given up again */
     tm->evict_after = 0;
     j = r == GM_OK && x->dev ? gm__staged_new(dk, GM__J_READ_DEV, gm__disk_off(dk, x->disk), x->dev, x->bytes,
                                               GM_COPY_HOST_TO_DEVICE, GM__IN(tm), x->crc) : NULL;
@@ -10873,6 +11101,7 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         y->acquired++; /* not a victim of its own room */
         r = gm__bring_in(ctx, tm, y, s, 1, ow);
         y->acquired--;
+        gm__host_note(tm, y); /* it may be given up again */
         tm->evict_after = 0;
         if (r != GM_OK || !y->dev) break; /* no room without evicting sooner needs */
         y->prefetched = 1;
@@ -10909,7 +11138,7 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
     tm->policy = policy == GM_EVICT_DEFAULT ? GM_EVICT_LRU : policy;
-    tm->vh_ok = 0; /* built when learned order next asks */
+    tm->vh_ok = tm->hh_ok = 0; /* built when next asked */
     tm->hc_all = 1;
     tm->ahead = prefetch_ahead;
     tm->vfn = fn;
@@ -11115,7 +11344,7 @@ static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     int k, slot = tm->named ? tm->rec_phase : tm->cur, same;
     gm__phase f;
     gm__tune u;
-    tm->vh_ok = 0; /* the plan or the position changes: every next use does */
+    tm->vh_ok = tm->hh_ok = 0; /* the plan or the position changes: every next use does */
     if (!tm->nrec) { /* nothing acquired: the plans stay, the step begins again */
         if (tm->named && tm->cur != tm->rec_phase) gm__phase_activate(tm, tm->rec_phase);
         tm->pos = 0;
@@ -11210,7 +11439,7 @@ GPUMEM_API gm_result gm_tier_set_phase(gm_context* ctx, int phase) {
         gm__phase_activate(tm, 0);
     }
     tm->ph[tm->rec_phase].next = phase;
-    tm->vh_ok = 0; /* the next step's uses change */
+    tm->vh_ok = tm->hh_ok = 0; /* the next step's uses change */
     if (tm->nrec) r = gm__phase_close(ctx, tm); /* the step of the phase left ends here */
     if (r == GM_OK) {
         tm->rec_phase = phase;
@@ -11344,6 +11573,7 @@ GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor h) {
     gm__host_free(ctx, tm, x);
     gm__disk_drop(ctx, x);
     x->live = 0;
+    gm__host_note(tm, x); /* out of the counts */
     if ((x->gen & 0xfffu) != 0xfffu) gm__tslot_put(tm, (uint32_t)(x - tm->t)); /* else retired: no handle repeats */
     tm->st.tensors--;
     pthread_mutex_unlock(&tm->mu);
@@ -11380,6 +11610,7 @@ static void gm__acq_hold(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
 
 static void gm__acq_unhold(gm__tier* tm, gm__tensor* x) {
     x->acquired--;
+    gm__host_note(tm, x); /* it may be given up again */
     if (x->dev && !x->acquired) gm__lru_push(tm, x);
 }
 
@@ -11464,6 +11695,7 @@ static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s
         if (written && !discard && ctx->disk && GM__PLANNED(tm) && !x->pinned && gm__leaves(tm, (uint32_t)(x - tm->t)))
             (void)gm__dev_behind(ctx, tm, x);
     }
+    gm__host_note(tm, x); /* it may be given up again, with a new stamp */
 }
 
 GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor h, gm_stream s, gm_access a, void** ptr) {
@@ -11705,6 +11937,7 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
         x->acquired++; /* not a victim of the room it needs */
         r = gm__bring_in(ctx, tm, x, s, 1, 0);
         x->acquired--;
+        gm__host_note(tm, x); /* it may be given up again */
         if (r == GM_OK && x->dev) {
             x->prefetched = 1;
             if (!x->acquired) gm__lru_push(tm, x);
@@ -11768,6 +12001,7 @@ GPUMEM_API gm_result gm_tensor_set_priority(gm_context* ctx, gm_tensor h, int pr
         x->hv++;
         gm__vh_push(tm, x);
     }
+    gm__host_note(tm, x); /* and its host copy's */
     pthread_mutex_unlock(&tm->mu);
     return GM_OK;
 }
@@ -11935,6 +12169,45 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                 gm__broken(ck, "tier: tensor %#x (listed%s) has %u current learned victims' entries", gm__handle_id(tm, x),
                            x->pinned ? ", pinned" : "", seen[j - 1]);
         }
+        GPUMEM_FREE(seen);
+    }
+    { /* the host copies: their count, the bytes that may go without a write, and the host victims' heaps:
+         ordered, and an entry for each tensor that may be given up, in its class's heap, going no later
+         than the tensor as it is now */
+        uint32_t j, nh = 0;
+        size_t soon = 0;
+        uint8_t* seen = tm->hh_ok ? (uint8_t*)gm__calloc((size_t)tm->n + 1) : NULL;
+        int c;
+        for (j = 0; j < tm->n; j++) {
+            x = &tm->t[j];
+            nh += x->live && x->host_valid;
+            if (x->hsoon != (unsigned)gm__hsoon_is(x))
+                gm__broken(ck, "tier: tensor %#x's host copy is%s counted among those that may go without a write",
+                           gm__handle_id(tm, x), x->hsoon ? "" : " not");
+            if (x->hsoon) soon += x->bytes;
+        }
+        if (nh != tm->nhost) gm__broken(ck, "tier: %u host copies counted, %u there", tm->nhost, nh);
+        if (soon != tm->hsoon)
+            gm__broken(ck, "tier: %zu bytes of host copies may go without a write, %zu counted", soon, tm->hsoon);
+        for (c = 0; c < 3 && tm->hh_ok; c++)
+            for (j = 0; j < tm->nhh[c]; j++) {
+                const gm__hent* e = &tm->hh[c][j];
+                gm__hent now;
+                if (j && gm__hh_before(e, &tm->hh[c][(j - 1) / 2]))
+                    gm__broken(ck, "tier: host victims' heap %d is out of order at entry %u of %u", c, j, tm->nhh[c]);
+                if (e->i >= tm->n) {
+                    gm__broken(ck, "tier: a host victims' entry names tensor index %u, past the %u there are", e->i, tm->n);
+                    continue;
+                }
+                x = &tm->t[e->i];
+                if (!gm__hh_can(x) || gm__hclass(x) != c) continue; /* stale */
+                now = gm__hh_entry(tm, x);
+                if (seen && !gm__hh_before(&now, e)) seen[e->i] = 1; /* goes no later than x now */
+            }
+        for (j = 0; seen && j < tm->n; j++)
+            if (gm__hh_can(&tm->t[j]) && !seen[j] && tm->hh_planned == GM__PLANNED(tm))
+                gm__broken(ck, "tier: tensor %#x's host copy (class %d) has no host victims' entry going early enough",
+                           gm__handle_id(tm, &tm->t[j]), gm__hclass(&tm->t[j]));
         GPUMEM_FREE(seen);
     }
     for (i = 0; i < tm->ntk; i++) {
@@ -12145,6 +12418,9 @@ static void gm__tier_shutdown(gm_context* ctx) {
     GPUMEM_FREE(tm->cand);
     GPUMEM_FREE(tm->vh);
     GPUMEM_FREE(tm->hcq);
+    GPUMEM_FREE(tm->hh[0]);
+    GPUMEM_FREE(tm->hh[1]);
+    GPUMEM_FREE(tm->hh[2]);
     GPUMEM_FREE(tm->prios);
     GPUMEM_FREE(tm->rank);
     GPUMEM_FREE(tm->batch);

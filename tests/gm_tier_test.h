@@ -162,10 +162,35 @@ typedef struct model {
 } model;
 static model m[NT];
 
+/* The host victims the heaps choose (gm__hh_pick) against a walk of every
+   tensor (gm__hh_walk), for each question the manager asks: the cheapest
+   of classes 0-1 and 0-2, of class 2 alone (LRU's write behind), and,
+   planning, one used later than a few acquires from now. Returns how many
+   answers differ. A choice also drops the stale entries it meets, so the
+   heaps' invariants are checked again by the next gm_check. */
+static int t_host_choices(gm_context* ctx) {
+    static const int lo[3] = {0, 0, 2}, hi[3] = {1, 2, 2};
+    gm__tier* tm = (gm__tier*)ctx->tier;
+    int q, bad = 0;
+    uint64_t after;
+    if (!tm) return 0;
+    pthread_mutex_lock(&tm->mu);
+    for (after = 0; after <= (GM__PLANNED(tm) ? 4u : 0u); after += 2)
+        for (q = 0; q < 3; q++) {
+            gm__tensor* h = gm__hh_pick(tm, NULL, lo[q], hi[q], after);
+            gm__tensor* w = gm__hh_walk(tm, NULL, lo[q], hi[q], after);
+            if (h != w && bad++ < 3)
+                printf("host victims of class %d-%d (after %llu): the heaps chose slot %ld, a walk slot %ld\n", lo[q], hi[q],
+                       (unsigned long long)after, h ? (long)(h - tm->t) : -1L, w ? (long)(w - tm->t) : -1L);
+        }
+    pthread_mutex_unlock(&tm->mu);
+    return bad;
+}
+
 static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_disk) {
     gm_stream st[2];
     long step;
-    int bad_checks = 0, errors = 0, ooms = 0, faults = 0, copy_faults = 0;
+    int bad_checks = 0, bad_choices = 0, errors = 0, ooms = 0, faults = 0, copy_faults = 0;
     gm_tier_stats ts;
     st[0] = NULL;
     T_OK(gm_stream_create(ctx, &st[1]));
@@ -265,11 +290,13 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
         }
         if (res != GM_OK && errors++ < 5) printf("step %ld: op %u: %s\n", step, op, gm_result_string(res));
         if (gm_check(ctx) != 0 && bad_checks++ < 3) printf("step %ld: gm_check failed\n", step);
+        bad_choices += t_host_choices(ctx) != 0;
         if (t_walk_period && step % t_walk_period == t_walk_period - 1 && gm_tier_step(ctx) != GM_OK && errors++ < 5)
             printf("step %ld: gm_tier_step failed\n", step);
     }
     T_EQ(errors, 0);
     T_EQ(bad_checks, 0);
+    T_EQ(bad_choices, 0);
     if (t_walk_faults) { /* disarm, and read everything back */
         gm_sim_fault k;
         for (k = GM_SIM_FAULT_DISK_WRITE; k <= GM_SIM_FAULT_DISK_FULL; k = (gm_sim_fault)(k + 1)) T_OK(gm_sim_inject(ctx, k, 0));

@@ -942,6 +942,60 @@ static void test_detached_block(void) {
 #endif
 }
 
+/* With the host tier full, the host copy to give up for each eviction
+   comes from the host victims' heaps, not from a walk of every tensor
+   (tm->hh_looks counts the entries a choice looked at, and each build's
+   tensors): a cycle of written tensors over a device and a host tier that
+   hold a tenth and a quarter of them, so that every eviction needs host
+   room. LRU, and learned order (one build per step: the plan moves every
+   next use). The walks it replaced looked at every tensor for each
+   choice, N per eviction; the t_walk differential walks compare each
+   choice with such a walk. */
+static void test_host_victim_looks(void) {
+    enum { N = 4000, CYCLES = 4 };
+    int learned;
+    for (learned = 0; learned < 2; learned++) {
+        gm_context* ctx = disk_ctx(N / 10 * 4 * KiB, N / 4 * 4 * KiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+        gm__tier* tm = NULL;
+        gm_tensor* t = (gm_tensor*)calloc(N, sizeof *t);
+        gm_tier_stats a, b;
+        uint64_t looks = 0, builds = 0;
+        int i, c;
+        memset(&a, 0, sizeof a);
+        if (learned) T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 2, NULL, NULL));
+        for (i = 0; i < N; i++) T_OK(gm_tensor_create(ctx, &t[i], 4 * KiB));
+        for (c = 0; c < CYCLES; c++) {
+            if (c == CYCLES - 2) {
+                T_OK(gm_tier_get_stats(ctx, &a));
+                tm = gm__tier_of(ctx);
+                looks = tm->hh_looks;
+                builds = tm->hh_builds;
+            }
+            for (i = 0; i < N; i++) {
+                void* p;
+                T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+                T_OK(gm_tensor_release(ctx, t[i], NULL, 1));
+            }
+            if (learned) T_OK(gm_tier_step(ctx));
+        }
+        T_OK(gm_tier_get_stats(ctx, &b));
+        tm = gm__tier_of(ctx);
+        if (!T_CHECK(b.evictions - a.evictions >= N && b.bytes_to_disk > a.bytes_to_disk && tm->hh_builds > 0))
+            printf("  (%lld evictions, %lld bytes to disk, %llu builds)\n", (long long)(b.evictions - a.evictions),
+                   (long long)(b.bytes_to_disk - a.bytes_to_disk), (unsigned long long)tm->hh_builds);
+        /* a build a step under learned order, none more under LRU */
+        if (!T_CHECK(tm->hh_builds - builds <= (uint64_t)(learned ? 2 : 0) + 1))
+            printf("  (%s: %llu builds)\n", learned ? "learned" : "LRU", (unsigned long long)(tm->hh_builds - builds));
+        if (!T_CHECK(tm->hh_looks - looks <= 16 * (uint64_t)(b.evictions - a.evictions) + (tm->hh_builds - builds) * N))
+            printf("  (%s: %llu entries looked at for %lld evictions)\n", learned ? "learned" : "LRU",
+                   (unsigned long long)(tm->hh_looks - looks), (long long)(b.evictions - a.evictions));
+        T_EQ(gm_check(ctx), 0);
+        for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+        free(t);
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 /* A disk tier's bookkeeping does not grow with the tensors: after each
    eviction, gm__host_clean looks at the host copies noted since its last
    look (learned order), or at none while the host tier has room (LRU), not
@@ -1063,6 +1117,7 @@ int main(int argc, char** argv) {
     test_read_into_device();
     test_write_around();
     test_clean_looks();
+    test_host_victim_looks();
     test_detached_block();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
