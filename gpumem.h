@@ -8315,7 +8315,7 @@ typedef struct gm__tensor {
     unsigned use_last : 1;  /* and every one was GM_ACCESS_READ_LAST */
     unsigned read_ahead : 1; /* its host copy was read from disk ahead of use, not used yet */
     unsigned hcq : 1;       /* its slot is on tm->hcq (kept as the slot is reused) */
-    unsigned hsoon : 1;     /* counted in tm->hsoon (gm__hsoon) */
+    unsigned hsoon : 1;     /* counted in tm->hsoon (gm__hsoon_is) */
     uint32_t acquired;
     int priority;
     uint32_t crc;           /* CRC32C of the bytes on disk */
@@ -8358,13 +8358,14 @@ typedef struct gm__prio {
     uint32_t n;
 } gm__prio;
 
-/* An entry of the learned victims' heap (>>tier: learned victims). */
-typedef struct gm__hent { /* a host victim heap's entry (>>tier: host victims) */
+/* An entry of a host victims' heap (>>tier: host victims). */
+typedef struct gm__hent {
     uint64_t key;
     uint32_t i;
     int prio;
 } gm__hent;
 
+/* An entry of the learned victims' heap (>>tier: learned victims). */
 typedef struct gm__vent {
     uint64_t key, lseq;
     int prio;
@@ -8444,7 +8445,7 @@ typedef struct gm__tier {
     int hh_planned;         /* keyed by next use (learned order planning), else by stamp */
     uint32_t nhost;         /* live tensors with a valid host copy */
     uint64_t hh_builds, hh_looks; /* builds, and entries looked at (for tests) */
-    size_t hsoon;           /* bytes of host copies that may go without a write (gm__hsoon) */
+    size_t hsoon;           /* bytes of host copies that may go without a write (gm__hsoon_is) */
 } gm__tier;
 
 #define GM__IN(tm) ((tm)->tk[GM__TK_IN].s)
@@ -9141,9 +9142,9 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    - every tensor that may be given up has an entry in its class's heap
      that goes no later than the tensor as it is now. Whatever makes a
      tensor one that may be given up, or moves its class, pushes an entry
-     (gm__host_note: from gm__tier_count, a release, a disk job's start,
-     gm__room_mark, a change of priority, the plan position passing its
-     use); stamps only grow and a next use moves later only when the
+     (gm__host_note: from gm__tier_count, a release or the end of a hold
+     (acquired-- around a bring-in), a disk job's start, gm__room_mark, a
+     change of priority, the plan position passing its use); stamps only grow and a next use moves later only when the
      position passes it, so an older entry only goes earlier;
    - a push past twice the host copies plus 64 entries clears hh_ok
      instead (stale entries do not pile up);
