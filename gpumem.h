@@ -9308,12 +9308,13 @@ static gm__tensor* gm__hh_walk(gm__tier* tm, const gm__tensor* except, int lo, i
     return best;
 }
 
-#define GM__HH_ASIDE 256 /* entries a choice passes over (except, or used too soon), at most */
+#define GM__HH_ASIDE 512 /* entries a choice passes over (except, or used too soon), at most */
 
 /* The cheapest host copy of class lo .. hi to give up (NULL: none), not
    except's; with `after` (learned order), only one used later than that
-   many acquires from now. Passing over more than GM__HH_ASIDE entries
-   used too soon, it gives up: NULL. */
+   many acquires from now. The entries passed over are distinct tensors
+   (twins are dropped), each used within `after` acquires: a read ahead's
+   `after` is at most 256. Past GM__HH_ASIDE of them it gives up: NULL. */
 static gm__tensor* gm__hh_pick(gm__tier* tm, const gm__tensor* except, int lo, int hi, uint64_t after) {
     gm__hent aside[GM__HH_ASIDE];
     gm__tensor* found = NULL;
@@ -9339,6 +9340,10 @@ static gm__tensor* gm__hh_pick(gm__tier* tm, const gm__tensor* except, int lo, i
                 continue;
             }
             if (x == except || (after && gm__next_use(tm, h[0].i) <= after)) {
+                if (na && aside[na - 1].i == h[0].i && aside[na - 1].key == h[0].key && aside[na - 1].prio == h[0].prio) {
+                    gm__hh_pop(tm, c); /* a twin of the entry just set aside (they come out one after the other) */
+                    continue;
+                }
                 if (na == GM__HH_ASIDE) {
                     full = 1;
                     break;
