@@ -9192,24 +9192,28 @@ static int gm__hh_before(const gm__hent* a, const gm__hent* b) {
     return a->i < b->i;
 }
 
-static void gm__hh_sift(gm__hent* h, uint32_t n, uint32_t k) {
-    gm__hent e = h[k];
-    for (;;) {
-        uint32_t c = 2 * k + 1;
-        if (c >= n) break;
-        if (c + 1 < n && gm__hh_before(&h[c + 1], &h[c])) c++;
-        if (!gm__hh_before(&h[c], &e)) break;
-        h[k] = h[c];
-        k = c;
+/* A binary heap's two moves, for entries of type T ordered by BEFORE (the
+   host victims' and the learned victims' heaps): P_sift(h, n, k) moves
+   h[k] down to its place among h's n entries; P_up(h, k, e) enters e at
+   the heap's end, k (it then holds k + 1 entries). */
+#define GM__HEAP_MOVES(P, T, BEFORE)                                          \
+    static void P##_sift(T* h, uint32_t n, uint32_t k) {                     \
+        T e = h[k];                                                          \
+        for (;;) {                                                           \
+            uint32_t c = 2 * k + 1;                                          \
+            if (c >= n) break;                                               \
+            if (c + 1 < n && BEFORE(&h[c + 1], &h[c])) c++;                  \
+            if (!BEFORE(&h[c], &e)) break;                                   \
+            h[k] = h[c];                                                     \
+            k = c;                                                           \
+        }                                                                    \
+        h[k] = e;                                                            \
+    }                                                                        \
+    static void P##_up(T* h, uint32_t k, T e) {                              \
+        for (; k && BEFORE(&e, &h[(k - 1) / 2]); k = (k - 1) / 2) h[k] = h[(k - 1) / 2]; \
+        h[k] = e;                                                            \
     }
-    h[k] = e;
-}
-
-/* e enters heap h at its end, k (the heap then holds k + 1 entries). */
-static void gm__hh_up(gm__hent* h, uint32_t k, gm__hent e) {
-    for (; k && gm__hh_before(&e, &h[(k - 1) / 2]); k = (k - 1) / 2) h[k] = h[(k - 1) / 2];
-    h[k] = e;
-}
+GM__HEAP_MOVES(gm__hh, gm__hent, gm__hh_before)
 
 static void gm__hh_pop(gm__tier* tm, int c) {
     tm->hh[c][0] = tm->hh[c][--tm->nhh[c]];
@@ -9664,24 +9668,7 @@ static int gm__vh_before(const gm__vent* a, const gm__vent* b) {
     return a->lseq < b->lseq;
 }
 
-static void gm__vh_sift(gm__vent* h, uint32_t n, uint32_t k) {
-    gm__vent e = h[k];
-    for (;;) {
-        uint32_t c = 2 * k + 1;
-        if (c >= n) break;
-        if (c + 1 < n && gm__vh_before(&h[c + 1], &h[c])) c++;
-        if (!gm__vh_before(&h[c], &e)) break;
-        h[k] = h[c];
-        k = c;
-    }
-    h[k] = e;
-}
-
-/* e enters heap h at its end, k (the heap then holds k + 1 entries). */
-static void gm__vh_up(gm__vent* h, uint32_t k, gm__vent e) {
-    for (; k && gm__vh_before(&e, &h[(k - 1) / 2]); k = (k - 1) / 2) h[k] = h[(k - 1) / 2];
-    h[k] = e;
-}
+GM__HEAP_MOVES(gm__vh, gm__vent, gm__vh_before)
 
 static gm__vent gm__vh_entry(const gm__tier* tm, const gm__tensor* x) {
     gm__vent e;
