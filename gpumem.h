@@ -8583,6 +8583,15 @@ static void gm__tk_order(gm_context* ctx, gm__tier* tm, uint32_t ti, uint64_t se
     if (ctx->be->stream_wait_event(ctx, waiter, gm__tk_event(tm, ti, seq)) != GM_OK) gm__tk_sync(ctx, tm, ti, seq);
 }
 
+/* The same for a mark a tensor keeps (its low 32 bits, gm__tk_at). */
+static void gm__tk_sync_at(gm_context* ctx, gm__tier* tm, uint32_t ti, uint32_t low) {
+    gm__tk_sync(ctx, tm, ti, gm__tk_at(tm, ti, low));
+}
+
+static void gm__tk_order_at(gm_context* ctx, gm__tier* tm, uint32_t ti, uint32_t low, gm_stream waiter) {
+    gm__tk_order(ctx, tm, ti, gm__tk_at(tm, ti, low), waiter);
+}
+
 /* The track of a user stream, made on first use. A track whose marks all
    completed may be taken over by another stream when there are many:
    marks are never renumbered, so every old mark still reads as done. */
@@ -8835,8 +8844,8 @@ static void gm__disk_drop(gm_context* ctx, gm__tensor* x) {
    tensor's last use and the last copy out of it; then the allocator may
    hand it out again at once on `in`. */
 static void gm__dev_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    gm__tk_order(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq), GM__IN(tm));
-    gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq), GM__IN(tm));
+    gm__tk_order_at(ctx, tm, x->done_tk, x->done_seq, GM__IN(tm));
+    gm__tk_order_at(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm));
     gm__free(ctx, x->dev, GM__OWN_TENSOR);
     x->dev = NULL;
     if (x->prefetched) tm->st.prefetch_wasted++;
@@ -8859,8 +8868,8 @@ static void gm__managed_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    order themselves after out_seq). */
 static gm_result gm__copy_out(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm_result r;
-    gm__tk_order(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->ready_seq), GM__OUT(tm)); /* the memory is the tensor's */
-    gm__tk_order(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq), GM__OUT(tm));
+    gm__tk_order_at(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm)); /* the memory is the tensor's */
+    gm__tk_order_at(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
     gm__host_order(ctx, tm, x->host, GM__OUT(tm));
     r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
     if (r != GM_OK) return r;
@@ -8884,6 +8893,10 @@ static void* gm__gate_on(gm_context* ctx, gm__tier* tm, uint32_t ti, uint64_t se
     if (ev) gm__tev_put(ctx, tm, ev);
     gm__tk_sync(ctx, tm, ti, seq);
     return NULL;
+}
+
+static void* gm__gate_at(gm_context* ctx, gm__tier* tm, uint32_t ti, uint32_t low) {
+    return gm__gate_on(ctx, tm, ti, gm__tk_at(tm, ti, low));
 }
 
 /* A finished job takes effect: the tensor gains the copy it made, or keeps
@@ -9032,7 +9045,7 @@ static gm_result gm__disk_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     j->mem = (char*)x->host->addr;
-    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq)); /* the copy that fills it */
+    j->gate[0] = gm__gate_at(ctx, tm, GM__TK_OUT, x->out_seq); /* the copy that fills it */
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->disk = e;
@@ -9062,8 +9075,8 @@ static gm_result gm__dev_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     /* the engine stages nothing before the copy in and the last use completed (gates, not a wait of
        `out` queued now: that would hold every copy queued on `out` after it, other jobs' staging
        included, behind this tensor's kernels, and the staging copies would hold slots meanwhile) */
-    j->gate[0] = gm__gate_on(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq));
-    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->ready_seq));
+    j->gate[0] = gm__gate_at(ctx, tm, x->done_tk, x->done_seq);
+    j->gate[1] = gm__gate_at(ctx, tm, GM__TK_IN, x->ready_seq);
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->disk = e;
@@ -10322,8 +10335,8 @@ unlock:
         gm__tensor* y = &tm->t[best_mv[k]];
         void *old = y->dev, *np = (void*)best_to[k].at;
         gm_result r;
-        gm__tk_order(ctx, tm, y->done_tk, gm__tk_at(tm, y->done_tk, y->done_seq), GM__IN(tm)); /* as a free of it waits */
-        gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, y->out_seq), GM__IN(tm));
+        gm__tk_order_at(ctx, tm, y->done_tk, y->done_seq, GM__IN(tm)); /* as a free of it waits */
+        gm__tk_order_at(ctx, tm, GM__TK_OUT, y->out_seq, GM__IN(tm));
         r = y->blank ? GM_OK : ctx->be->copy(ctx, np, old, y->bytes, GM_COPY_DEVICE_TO_DEVICE, GM__IN(tm));
         if (r != GM_OK) {
             gm__log(ctx, GM_LOG_WARN, "tier: moving tensor %#x within the device failed (%s); it stays where it was",
@@ -10544,9 +10557,9 @@ static gm__tensor* gm__swap_begin(gm_context* ctx, gm__tier* tm, gm__tensor* x, 
             return NULL;
         }
     }
-    gm__tk_sync(ctx, tm, v->done_tk, gm__tk_at(tm, v->done_tk, v->done_seq));
-    gm__tk_sync(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, v->ready_seq));
-    gm__tk_sync(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, v->out_seq));
+    gm__tk_sync_at(ctx, tm, v->done_tk, v->done_seq);
+    gm__tk_sync_at(ctx, tm, GM__TK_IN, v->ready_seq);
+    gm__tk_sync_at(ctx, tm, GM__TK_OUT, v->out_seq);
     *r = GM_OK;
     return v;
 }
@@ -10578,8 +10591,8 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
                                                                                                   for x's I/O */
     if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
     /* every copy that used x's host copy is over too */
-    gm__tk_sync(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq));
-    gm__tk_sync(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->hr_seq));
+    gm__tk_sync_at(ctx, tm, GM__TK_OUT, x->out_seq);
+    gm__tk_sync_at(ctx, tm, GM__TK_IN, x->hr_seq);
     gm__tk_sync(ctx, tm, GM__TK_IN, x->host->ord[0]);
     gm__tk_sync(ctx, tm, GM__TK_OUT, x->host->ord[1]);
     dev = (char*)v->dev;
@@ -10783,7 +10796,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         gm_copy_kind kind = x->dev ? GM_COPY_HOST_TO_DEVICE : GM_COPY_DEFAULT;
         gm__disk* dk = (gm__disk*)ctx->disk;
         if (!from_disk) {
-            gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq), GM__IN(tm)); /* the host copy is whole */
+            gm__tk_order_at(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm)); /* the host copy is whole */
             r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, GM__IN(tm));
         } else {
             uint32_t want = x->crc;
@@ -11627,9 +11640,9 @@ static gm_result gm__acq_bring(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_
 /* s waits, on the device, for the copy in (or for `in` to own the memory), for a copy out that may
    still read what the caller will write, and for the last release on another stream. */
 static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, gm_access a) {
-    gm__tk_order(ctx, tm, GM__TK_IN, gm__tk_at(tm, GM__TK_IN, x->ready_seq), s);
-    if (x->dev) gm__tk_order(ctx, tm, GM__TK_OUT, gm__tk_at(tm, GM__TK_OUT, x->out_seq), s);
-    gm__tk_order(ctx, tm, x->done_tk, gm__tk_at(tm, x->done_tk, x->done_seq), s);
+    gm__tk_order_at(ctx, tm, GM__TK_IN, x->ready_seq, s);
+    if (x->dev) gm__tk_order_at(ctx, tm, GM__TK_OUT, x->out_seq, s);
+    gm__tk_order_at(ctx, tm, x->done_tk, x->done_seq, s);
     if (a != GM_ACCESS_READ_LAST) x->use_last = 0;
     if (a != GM_ACCESS_READ && a != GM_ACCESS_READ_LAST) { /* may be written from now: the room below held no bytes, and goes */
         if (x->blank && (x->host_valid || x->disk_valid)) {
