@@ -942,6 +942,18 @@ static void test_detached_block(void) {
 #endif
 }
 
+/* One cycle over n tensors, each acquired and released written (its
+   eviction copies it out), then, under learned order, the step's end. */
+static void cycle_written(gm_context* ctx, const gm_tensor* t, int n, int learned) {
+    int i;
+    for (i = 0; i < n; i++) {
+        void* p;
+        T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+        T_OK(gm_tensor_release(ctx, t[i], NULL, 1));
+    }
+    if (learned) T_OK(gm_tier_step(ctx));
+}
+
 /* With the host tier full, the host copy to give up for each eviction
    comes from the host victims' heaps, not from a walk of every tensor
    (tm->hh_looks counts the entries a choice looked at, and each build's
@@ -971,12 +983,7 @@ static void test_host_victim_looks(void) {
                 looks = tm->hh_looks;
                 builds = tm->hh_builds;
             }
-            for (i = 0; i < N; i++) {
-                void* p;
-                T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
-                T_OK(gm_tensor_release(ctx, t[i], NULL, 1));
-            }
-            if (learned) T_OK(gm_tier_step(ctx));
+            cycle_written(ctx, t, N, learned);
         }
         T_OK(gm_tier_get_stats(ctx, &b));
         tm = gm__tier_of(ctx);
@@ -1022,12 +1029,7 @@ static void test_clean_looks(void) {
                 T_OK(gm_tier_get_stats(ctx, &a));
                 looks = gm__tier_of(ctx)->hc_looks;
             }
-            for (i = 0; i < N; i++) {
-                void* p;
-                T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
-                T_OK(gm_tensor_release(ctx, t[i], NULL, 1)); /* written: its eviction copies it out */
-            }
-            if (learned) T_OK(gm_tier_step(ctx));
+            cycle_written(ctx, t, N, learned);
         }
         T_OK(gm_tier_get_stats(ctx, &b));
         tm = gm__tier_of(ctx);
