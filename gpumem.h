@@ -9157,8 +9157,9 @@ static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
      tensor one that may be given up, or moves its class, pushes an entry
      (gm__host_note: from gm__tier_count, a release or the end of a hold
      (acquired-- around a bring-in), a disk job's start, gm__room_mark, a
-     change of priority, the plan position passing its use); stamps only grow and a next use moves later only when the
-     position passes it, so an older entry only goes earlier;
+     change of priority, the plan position passing its use in
+     gm__uses_passed); stamps only grow and a next use moves later only
+     when the position passes it, so an older entry only goes earlier;
    - a push past twice the host copies plus 64 entries clears hh_ok
      instead (stale entries do not pile up);
    - the keys are of the kind hh_planned says (GM__PLANNED when built).
@@ -9286,21 +9287,6 @@ static void gm__host_note(gm__tier* tm, gm__tensor* x) {
             gm__hh_up(tm->hh[c], tm->nhh[c]++, gm__hh_entry(tm, x));
     }
     gm__hc_note(tm, x);
-}
-
-/* The plan position moved from `was` (phase `cur`): the tensors whose uses
-   it passed get entries with their next uses (as gm__vh_moved). */
-static void gm__hh_moved(gm__tier* tm, uint32_t was, int cur) {
-    uint32_t q;
-    if (!tm->hh_ok || !tm->hh_planned || tm->pos <= was) return;
-    if (tm->cur != cur || tm->pos - was > 256) {
-        tm->hh_ok = 0;
-        return;
-    }
-    for (q = was; q < tm->pos && q < tm->nplan; q++) {
-        gm__tensor* x = &tm->t[GM__PLAN_T(tm->plan[q])];
-        if (gm__hh_can(x)) gm__host_note(tm, x);
-    }
 }
 
 /* The choice walking every tensor, O(n): where the heaps cannot be had
@@ -9753,21 +9739,27 @@ static void gm__vh_push(gm__tier* tm, gm__tensor* x) {
 }
 
 /* The plan position moved from `was` (phase `cur`): the tensors whose uses
-   it passed get entries with their next uses. */
-static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur) {
+   it passed get entries with their next uses, in the learned victims' heap
+   and, keyed by next use, the host victims' heaps. A jump of more than 256
+   positions, or into another phase, clears them instead. Backwards, next
+   uses only come sooner: nothing to do. */
+static void gm__uses_passed(gm__tier* tm, uint32_t was, int cur) {
     uint32_t q;
-    if (!tm->vh_ok || tm->pos <= was) return; /* backwards, next uses only come sooner */
+    int hh = tm->hh_ok && tm->hh_planned;
+    if ((!tm->vh_ok && !hh) || tm->pos <= was) return;
     if (tm->cur != cur || tm->pos - was > 256) {
+        if (tm->vh_ok) tm->vh_jumped = tm->cur == cur;
         tm->vh_ok = 0;
-        tm->vh_jumped = tm->cur == cur;
+        if (hh) tm->hh_ok = 0;
         return;
     }
     for (q = was; q < tm->pos && q < tm->nplan; q++) {
         gm__tensor* x = &tm->t[GM__PLAN_T(tm->plan[q])];
-        if (x->live && gm__listed(tm, x) && !x->pinned) {
+        if (tm->vh_ok && x->live && gm__listed(tm, x) && !x->pinned) {
             x->hv++;
             gm__vh_push(tm, x);
         }
+        if (hh) gm__host_note(tm, x);
     }
 }
 
@@ -11019,14 +11011,13 @@ static void gm__learn_go(gm_context* ctx, gm__tier* tm, uint32_t i) {
     }
 }
 
-static void gm__vh_moved(gm__tier* tm, uint32_t was, int cur);
+static void gm__uses_passed(gm__tier* tm, uint32_t was, int cur);
 
 static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     uint32_t was = tm->pos;
     int cur = tm->cur, lost = tm->lost;
     gm__learn_go(ctx, tm, i);
-    gm__vh_moved(tm, was, cur);
-    gm__hh_moved(tm, was, cur);
+    gm__uses_passed(tm, was, cur);
     if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost) tm->hc_all = 1; /* more than i's use passed */
     else if (i < tm->n) gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
 }

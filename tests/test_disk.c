@@ -954,6 +954,16 @@ static void cycle_written(gm_context* ctx, const gm_tensor* t, int n, int learne
     if (learned) T_OK(gm_tier_step(ctx));
 }
 
+/* The end of a test of cycle_written: gm_check, then every tensor
+   destroyed (t, from calloc, freed) and the context shut down. */
+static void cycled_done(gm_context* ctx, gm_tensor* t, int n) {
+    int i;
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < n; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    free(t);
+    T_OK(gm_shutdown(ctx));
+}
+
 /* With the host tier full, the host copy to give up for each eviction
    comes from the host victims' heaps, not from a walk of every tensor
    (tm->hh_looks counts the entries a choice looked at, and each build's
@@ -996,10 +1006,7 @@ static void test_host_victim_looks(void) {
         if (!T_CHECK(tm->hh_looks - looks <= 16 * (uint64_t)(b.evictions - a.evictions) + (tm->hh_builds - builds) * N))
             printf("  (%s: %llu entries looked at for %lld evictions)\n", learned ? "learned" : "LRU",
                    (unsigned long long)(tm->hh_looks - looks), (long long)(b.evictions - a.evictions));
-        T_EQ(gm_check(ctx), 0);
-        for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
-        free(t);
-        T_OK(gm_shutdown(ctx));
+        cycled_done(ctx, t, N);
     }
 }
 
@@ -1037,10 +1044,7 @@ static void test_clean_looks(void) {
         if (!T_CHECK(tm->hc_looks - looks <= (uint64_t)(learned ? 4 : 1) * (uint64_t)(b.evictions - a.evictions)))
             printf("  (%s: %llu tensors looked at for %lld evictions)\n", learned ? "learned" : "LRU",
                    (unsigned long long)(tm->hc_looks - looks), (long long)(b.evictions - a.evictions));
-        T_EQ(gm_check(ctx), 0);
-        for (i = 0; i < N; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
-        free(t);
-        T_OK(gm_shutdown(ctx));
+        cycled_done(ctx, t, N);
     }
     {
         gm_context* ctx = disk_ctx(3 * MiB, 2 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
