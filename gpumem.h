@@ -8444,7 +8444,7 @@ typedef struct gm__tier {
     int hh_ok;              /* the heaps hold what their invariants say; else built when next asked */
     int hh_planned;         /* keyed by next use (learned order planning), else by stamp */
     uint32_t nhost;         /* live tensors with a valid host copy */
-    uint64_t hh_builds, hh_looks; /* builds, and entries looked at (for tests) */
+    uint64_t hh_builds, hh_looks, hh_pushes; /* builds, entries looked at, entries pushed (for tests) */
     size_t hsoon;           /* bytes of host copies that may go without a write (gm__hsoon_is) */
 } gm__tier;
 
@@ -9283,8 +9283,10 @@ static void gm__host_note(gm__tier* tm, gm__tensor* x) {
         int c = gm__hclass(x);
         if (tm->nhh[0] + tm->nhh[1] + tm->nhh[2] >= 2 * (uint64_t)tm->nhost + 64 || !gm__hh_room(tm, c))
             tm->hh_ok = 0; /* built again when next asked */
-        else
+        else {
             gm__hh_up(tm->hh[c], tm->nhh[c]++, gm__hh_entry(tm, x));
+            tm->hh_pushes++;
+        }
     }
     gm__hc_note(tm, x);
 }
