@@ -260,7 +260,7 @@
       budget:8G|0.25      device_budget / _fraction    the whole device
       caching:on|off      caching                      on
       thread_cache:on|off thread_cache                 on
-      thread_cache_max:64M thread_cache_max            1M (the small pool)
+      thread_cache_max:64M thread_cache_max            1M, 64M once threads contend
       expandable:on|off   expandable                   off
       expandable_page:20M expandable_page              the backend's granularity
       gc_threshold:0.8    gc_threshold                 off
@@ -560,7 +560,9 @@ typedef struct gm_desc {
                                       small pool). Larger (up to 1 GiB, and 1/32 of the budget) lets
                                       threads reuse large blocks without the lock, at the price of up
                                       to twice this much free memory held per thread (given back when
-                                      a request would otherwise fail). 1 MiB with expandable segments */
+                                      a request would otherwise fail). 1 MiB with expandable segments.
+                                      Left 0, it widens to 64 MiB (and 1/32 of the budget) once two
+                                      threads contend at the lock for larger blocks */
 } gm_desc;
 
 /* One statistic, with PyTorch's semantics. */
@@ -743,7 +745,8 @@ GPUMEM_API gm_result gm_alloc_ex(gm_context* ctx, void** out, size_t size, gm_st
    either.
    Thread caches (desc.thread_cache, on by default; off with a trace or
    caching:off): each thread keeps up to 8 freed
-   blocks of each size up to 1 MiB (desc.thread_cache_max), per stream, at
+   blocks of each size up to 1 MiB (desc.thread_cache_max; left 0, 64 MiB
+   once two threads contend for larger blocks), per stream, at
    most 2 MiB (and 1/64 of the budget) in all; with a larger
    thread_cache_max, twice that (and 1/16 of the budget). A gm_alloc of the
    same rounded size on the same stream takes one back, and gm_free of a
@@ -1322,6 +1325,10 @@ struct gm_context {
     uint64_t t0;            /* setup time, for the trace's clock */
     struct gm__tcache* tcs; /* the threads' caches of this context (>>tcache), under mu */
     int tc_on;              /* gm_alloc and gm_free may use them (set at setup) */
+    size_t tc_wide;         /* what tc_max rises to once threads contend for large blocks (gm__tc_widen);
+                               0: it stays (set at setup) */
+    uint32_t tc_contended;  /* large requests that found mu held, by another thread than the last's (under mu) */
+    uintptr_t tc_last;      /* the thread of the last large request through mu (its identity, gm__tc_self) */
     uint64_t tc_epoch;      /* statistics folds so far (atomic) */
     int tc_frozen;          /* the caches stand still (gm__tc_freeze), under mu */
 };
@@ -4783,6 +4790,8 @@ static gm__block* gm__attempt(gm_context* ctx, int pl, uint32_t si, size_t rsize
 #define GM__A_FIT 32u   /* a free block of exactly the rounded size, or nothing (no split, no rung) */
 #define GM__A_SOFT 64u  /* the tiered manager's last rung: it may still swap, so running out is said at info
                            (the manager says what it finally could not do) */
+#define GM__A_WIDE 128u /* a user's large request the thread caches would serve once widened: its wait for
+                           the lock is counted (gm__tc_contend) */
 #define GM__GROW_EXACT(flags) ((flags) & GM__A_EXACT ? 2 : (flags) & GM__A_PACK ? 1 : 0)
 static gm__block* gm__ladder(gm_context* ctx, int pl, uint32_t* si, size_t rsize, size_t size, gm_stream stream,
                              unsigned flags, gm_result* err) {
@@ -5139,6 +5148,59 @@ static __thread uint32_t gm__tls_serial; /* the context used last, when it has a
 static __thread gm__tcache* gm__tls_tc;  /* that cache: never NULL while the serial is set */
 static __thread uint32_t gm__tls_none;   /* the context used last, when it has none */
 #endif
+/* Widening. By default the caches keep blocks of up to 1 MiB: a single
+   thread loses nothing to the lock on larger ones, and a large block held
+   free by a cache is one best fit cannot use. Two threads that allocate
+   large blocks on one context wait on each other for the lock instead,
+   each pair taking three times as long as alone. So a context whose
+   thread_cache_max was not set widens its caches to tc_wide (64 MiB, at
+   most 1/32 of the budget; never with expandable segments) once
+   GM__TC_WIDEN_AFTER large requests found the lock held and came from
+   another thread than the request before (the tiered manager's own
+   threads do not count: their requests are not the user's). tc_max then
+   only grows, under mu; its one read outside (gm__alloc_slow) is atomic. */
+#define GM__TC_WIDE ((size_t)64 << 20)
+#define GM__TC_WIDEN_AFTER 64
+
+static size_t gm__tc_wide(const gm_context* ctx) {
+    size_t m = ctx->budget / 32 / GM__ROUND * GM__ROUND;
+    if (ctx->va_gran || !ctx->tc_on) return 0;
+    if (m > GM__TC_WIDE) m = GM__TC_WIDE;
+    return m > GM__TC_MAX ? m : 0;
+}
+
+/* The calling thread, as an address no other thread has. */
+static uintptr_t gm__tc_self(void) {
+#if GM__TC
+    return (uintptr_t)&gm__tls_tc;
+#else
+    return 0;
+#endif
+}
+
+/* With mu: the caches serve requests of up to tc_wide from now on. */
+static void gm__tc_widen(gm_context* ctx) {
+    gm__tcache* tc;
+    GM__ST(ctx->tc_max, ctx->tc_wide);
+    for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = gm__tc_cap(ctx);
+    __atomic_store_n(&ctx->tc_lim, GM__LD(ctx->tc_gate) ? 0 : ctx->tc_max, __ATOMIC_RELEASE);
+    gm__log(ctx, GM_LOG_INFO,
+            "thread caches: threads contend for the lock on large blocks; they keep blocks of up to %zu bytes now",
+            ctx->tc_max);
+}
+
+/* A large request (GM__A_WIDE) takes mu, noting whether it waited for
+   another thread; returns with mu held, and whether the caches are wide. */
+static int gm__tc_contend(gm_context* ctx) {
+    uintptr_t me = gm__tc_self();
+    int waited = pthread_mutex_trylock(&ctx->mu) != 0;
+    if (waited) pthread_mutex_lock(&ctx->mu);
+    if (waited && ctx->tc_last != me && ++ctx->tc_contended >= GM__TC_WIDEN_AFTER && ctx->tc_max < ctx->tc_wide)
+        gm__tc_widen(ctx);
+    ctx->tc_last = me;
+    return ctx->tc_max >= ctx->tc_wide;
+}
+
 #define GM__MEMBARRIER_PRIVATE_EXPEDITED 8
 #define GM__MEMBARRIER_REGISTER_PRIVATE_EXPEDITED 16
 
@@ -5702,7 +5764,9 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (size == 0) return GM_OK;
-    pthread_mutex_lock(&ctx->mu);
+    if (!(flags & GM__A_WIDE)) pthread_mutex_lock(&ctx->mu);
+    else
+        (void)gm__tc_contend(ctx); /* once widened, the next such request is the caches' */
     if (size > GM__MAX_REQUEST) {
         ctx->stats.num_ooms++;
         gm__oom_message(ctx, size, size, (flags & GM__A_SOFT) != 0);
@@ -5994,6 +6058,7 @@ static GM__HOT int gm__alloc_fast(gm_context* ctx, void** out, size_t size, gm_s
 static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t size, gm_stream stream, unsigned flags) {
     gm_result r;
     gm__tcache* tc = NULL;
+    unsigned wide = 0;
     void* plan;
     if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
@@ -6002,11 +6067,14 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
                                                  the lock adopts the block */
         tc = gm__tc_get(ctx, 1);
         if (tc && gm__tc_alloc(ctx, tc, out, size, stream)) return GM_OK;
-    } else if (ctx->tc_on && (ctx->va_gran || ctx->tc_max > GM__TC_MAX) && out && size && !plan) {
-        tc = gm__tc_get(ctx, 0); /* a larger request gives this thread's cached blocks back first (expandable:
-                                    their pages; large blocks cached: best fit sees them) */
+    } else if (ctx->tc_on && out && size && !plan) {
+        if (ctx->va_gran || GM__LD(ctx->tc_max) > GM__TC_MAX)
+            tc = gm__tc_get(ctx, 0); /* a larger request gives this thread's cached blocks back first (expandable:
+                                        their pages; large blocks cached: best fit sees them) */
+        else if (size > GM__TC_MAX && size <= ctx->tc_wide)
+            wide = GM__A_WIDE; /* two threads waiting on each other for blocks like it widen the caches */
     }
-    r = gm__alloc_tc(ctx, out, size, stream, flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0, GM__OWN_USER, 0, tc);
+    r = gm__alloc_tc(ctx, out, size, stream, (flags & GM_ALLOC_NO_SYNC ? GM__A_NOSYNC : 0) | wide, GM__OWN_USER, 0, tc);
     if (r == GM_ERR_OUT_OF_MEMORY && !(flags & GM_ALLOC_NO_SYNC)) r = gm__alloc_managed(ctx, out, size, stream);
     if (r == GM_OK && *out && __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE)) gm__plan_note_alloc(ctx, *out, size, stream);
     return r;
@@ -6744,6 +6812,7 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
                  !ctx->trace;
     if (ctx->tc_on) pthread_once(&gm__tc_once, gm__tc_init); /* once a process: membarrier's registration can take
                                                                  milliseconds, better here than in a gm_alloc */
+    ctx->tc_wide = ctx->desc.thread_cache_max ? 0 : gm__tc_wide(ctx); /* a size asked for stays */
     ctx->tc_max = gm__tc_max(ctx, ctx->desc.thread_cache_max);
     ctx->desc.thread_cache_max = ctx->tc_max;
     if (ctx->tc_on) gm__tc_gate(ctx, GM__GATE_SHUT, 0);

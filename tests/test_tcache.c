@@ -767,6 +767,133 @@ static void test_table_limit(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Widening (gm__tc_widen): two threads allocating large blocks on one
+   context wait on each other for the lock, so a context whose
+   thread_cache_max was not set lets its caches keep blocks of up to
+   tc_wide once that happened GM__TC_WIDEN_AFTER times. Statistics and
+   gm_check stay exact across it. A thread_cache_max asked for stays, and
+   a lone thread that waits for another holder of the lock (the tiered
+   manager's threads) widens nothing. */
+typedef struct wide_arg {
+    gm_context* ctx;
+    int* go;
+    double until; /* t_now() */
+    long pairs, after; /* pairs run; pairs run once the caches were wide */
+    int err;
+} wide_arg;
+static void* wide_worker(void* a) {
+    wide_arg* w = (wide_arg*)a;
+    __atomic_add_fetch(w->go, 1, __ATOMIC_ACQ_REL);
+    while (__atomic_load_n(w->go, __ATOMIC_ACQUIRE) < 2) {}
+    while (w->after < 2000 && t_now() < w->until) {
+        void* p;
+        int k;
+        for (k = 0; k < 100; k++) {
+            size_t n = (k & 1 ? 8 : 12) * MiB;
+            if (gm_alloc(w->ctx, &p, n, NULL) != GM_OK || gm_free(w->ctx, p) != GM_OK) w->err++;
+            w->pairs++;
+            if (__atomic_load_n(&w->ctx->tc_max, __ATOMIC_RELAXED) > MiB) w->after++;
+        }
+    }
+    return NULL;
+}
+static void wide_run(gm_context* ctx, double seconds, wide_arg* w) {
+    pthread_t th[2];
+    int go = 0, i;
+    for (i = 0; i < 2; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].ctx = ctx;
+        w[i].go = &go;
+        w[i].until = t_now() + seconds;
+        pthread_create(&th[i], NULL, wide_worker, &w[i]);
+    }
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    T_EQ(w[0].err + w[1].err, 0);
+}
+static void* lock_holder(void* a) {
+    gm_context* ctx = (gm_context*)a;
+    int i;
+    for (i = 0; i < 400; i++) {
+        pthread_mutex_lock(&ctx->mu);
+        usleep(500);
+        pthread_mutex_unlock(&ctx->mu);
+        usleep(100);
+    }
+    return NULL;
+}
+static void test_widen(void) {
+    gm_context* ctx = make(1, 0);
+    wide_arg w[2];
+    gm_stats st;
+    pthread_t th;
+    void* p;
+    int i;
+    T_EQ(ctx->tc_wide, 64 * MiB);
+    T_EQ(gm_query_desc(ctx).thread_cache_max, MiB);
+    wide_run(ctx, 30, w);
+    if (!T_CHECK(ctx->tc_max == 64 * MiB && w[0].after + w[1].after > 0))
+        printf("  (not widened after %ld and %ld pairs: %u waits counted)\n", w[0].pairs, w[1].pairs, ctx->tc_contended);
+    printf("caches widened: %ld and %ld pairs in all, %ld and %ld of them after\n", w[0].pairs, w[1].pairs, w[0].after, w[1].after);
+    T_EQ(ctx->tc_lim, 64 * MiB);
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, w[0].pairs + w[1].pairs);
+    T_EQ(st.allocation[GM_STAT_ALL].freed, w[0].pairs + w[1].pairs);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocation[GM_STAT_LARGE_POOL].allocated, w[0].pairs + w[1].pairs);
+    T_EQ(gm_check(ctx), 0);
+    /* this thread's pair is its cache's now: a second of the same size
+       reuses the block without the lock */
+    T_OK(gm_alloc(ctx, &p, 8 * MiB, NULL));
+    T_OK(gm_free(ctx, p));
+    {
+        void* q;
+        T_OK(gm_alloc(ctx, &q, 8 * MiB, NULL));
+        T_EQ(q, p);
+        T_EQ(gm__tc_get(ctx, 0) != NULL, 1);
+        T_OK(gm_free(ctx, q));
+        T_EQ(gm__tc_get(ctx, 0)->cached, 8 * MiB);
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_empty_cache(ctx));
+    T_OK(gm_get_stats(ctx, &st));
+    T_EQ(st.reserved_bytes[GM_STAT_ALL].current, 0);
+    T_OK(gm_shutdown(ctx));
+
+    /* a size asked for stays, the same run or not */
+    ctx = make_max(1, 0, MiB);
+    T_EQ(ctx->tc_wide, 0);
+    wide_run(ctx, 0.5, w);
+    T_EQ(ctx->tc_max, MiB);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+
+    /* none with expandable segments, nor on a budget whose 1/32 is 1 MiB */
+    {
+        gm_desc d = t_desc();
+        d.expandable = GM_TOGGLE_ON;
+        ctx = t_setup(d);
+        T_EQ(ctx->tc_wide, 0);
+        T_OK(gm_shutdown(ctx));
+    }
+    ctx = make(1, 32 * MiB);
+    T_EQ(ctx->tc_wide, 0);
+    T_OK(gm_shutdown(ctx));
+
+    /* a lone thread whose requests wait for another holder of the lock */
+    ctx = make(1, 0);
+    pthread_create(&th, NULL, lock_holder, ctx);
+    for (i = 0; i < 4000; i++) {
+        T_OK(gm_alloc(ctx, &p, 8 * MiB, NULL));
+        T_OK(gm_free(ctx, p));
+    }
+    pthread_join(th, NULL);
+    T_CHECK(ctx->tc_contended <= 1);
+    T_EQ(ctx->tc_max, MiB);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_reuse();
     test_peak();
@@ -785,5 +912,6 @@ int main(void) {
     test_exit_and_shutdown();
     test_double_free_race();
     test_locked_changes_fold();
+    test_widen();
     return t_done();
 }

@@ -148,7 +148,8 @@ if run alloc "$B/bench-alloc-cuda" "$D/alloc.csv"; then
     be=$(awk -F, 'NR == 2 { print $1 }' "$D/alloc.csv")
     p "\`$B/bench-alloc-cuda $D/alloc.csv\`, backend $be: the median ns of an"
     p "allocation + free pair (cached: the same size again), on one thread and on"
-    p "the slower of two threads sharing a context; a miss that creates a segment;"
+    p "the slower of two threads sharing a context (one of their own, whose thread caches widen to large blocks"
+    p "when the threads contend for them: the default); a miss that creates a segment;"
     p "the backend's own allocation; glibc's and jemalloc's malloc + free of the"
     p "same size (\`-\` where jemalloc is not installed); on a GPU, CUDA's"
     p "\`cudaMallocAsync\` + \`cudaFreeAsync\` from a pool that keeps its memory;"
