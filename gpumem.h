@@ -5148,59 +5148,6 @@ static __thread uint32_t gm__tls_serial; /* the context used last, when it has a
 static __thread gm__tcache* gm__tls_tc;  /* that cache: never NULL while the serial is set */
 static __thread uint32_t gm__tls_none;   /* the context used last, when it has none */
 #endif
-/* Widening. By default the caches keep blocks of up to 1 MiB: a single
-   thread loses nothing to the lock on larger ones, and a large block held
-   free by a cache is one best fit cannot use. Two threads that allocate
-   large blocks on one context wait on each other for the lock instead,
-   each pair taking three times as long as alone. So a context whose
-   thread_cache_max was not set widens its caches to tc_wide (64 MiB, at
-   most 1/32 of the budget; never with expandable segments) once
-   GM__TC_WIDEN_AFTER large requests found the lock held and came from
-   another thread than the request before (the tiered manager's own
-   threads do not count: their requests are not the user's). tc_max then
-   only grows, under mu; its one read outside (gm__alloc_slow) is atomic. */
-#define GM__TC_WIDE ((size_t)64 << 20)
-#define GM__TC_WIDEN_AFTER 64
-
-static size_t gm__tc_wide(const gm_context* ctx) {
-    size_t m = ctx->budget / 32 / GM__ROUND * GM__ROUND;
-    if (ctx->va_gran || !ctx->tc_on) return 0;
-    if (m > GM__TC_WIDE) m = GM__TC_WIDE;
-    return m > GM__TC_MAX ? m : 0;
-}
-
-/* The calling thread, as an address no other thread has. */
-static uintptr_t gm__tc_self(void) {
-#if GM__TC
-    return (uintptr_t)&gm__tls_tc;
-#else
-    return 0;
-#endif
-}
-
-/* With mu: the caches serve requests of up to tc_wide from now on. */
-static void gm__tc_widen(gm_context* ctx) {
-    gm__tcache* tc;
-    GM__ST(ctx->tc_max, ctx->tc_wide);
-    for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = gm__tc_cap(ctx);
-    __atomic_store_n(&ctx->tc_lim, GM__LD(ctx->tc_gate) ? 0 : ctx->tc_max, __ATOMIC_RELEASE);
-    gm__log(ctx, GM_LOG_INFO,
-            "thread caches: threads contend for the lock on large blocks; they keep blocks of up to %zu bytes now",
-            ctx->tc_max);
-}
-
-/* A large request (GM__A_WIDE) takes mu, noting whether it waited for
-   another thread; returns with mu held, and whether the caches are wide. */
-static int gm__tc_contend(gm_context* ctx) {
-    uintptr_t me = gm__tc_self();
-    int waited = pthread_mutex_trylock(&ctx->mu) != 0;
-    if (waited) pthread_mutex_lock(&ctx->mu);
-    if (waited && ctx->tc_last != me && ++ctx->tc_contended >= GM__TC_WIDEN_AFTER && ctx->tc_max < ctx->tc_wide)
-        gm__tc_widen(ctx);
-    ctx->tc_last = me;
-    return ctx->tc_max >= ctx->tc_wide;
-}
-
 #define GM__MEMBARRIER_PRIVATE_EXPEDITED 8
 #define GM__MEMBARRIER_REGISTER_PRIVATE_EXPEDITED 16
 
@@ -5254,6 +5201,64 @@ static void gm__tc_thaw(gm_context* ctx) {
     gm__tcache* tc;
     ctx->tc_frozen = 0;
     for (tc = ctx->tcs; tc; tc = tc->next) __atomic_store_n(&tc->frozen, 0, __ATOMIC_RELEASE);
+}
+
+/* Widening. By default the caches keep blocks of up to 1 MiB: a single
+   thread loses nothing to the lock on larger ones, and a large block held
+   free by a cache is one best fit cannot use. Two threads that allocate
+   large blocks on one context wait on each other for the lock instead,
+   each pair taking three times as long as alone. So a context whose
+   thread_cache_max was not set widens its caches to tc_wide (64 MiB, at
+   most 1/32 of the budget; never with expandable segments) once
+   GM__TC_WIDEN_AFTER large requests found the lock held and came from
+   another thread than the request before (the tiered manager's own
+   threads do not count: their requests are not the user's). tc_max then
+   only grows, under mu; its one read outside (gm__alloc_slow) is atomic. */
+#define GM__TC_WIDE ((size_t)64 << 20)
+#define GM__TC_WIDEN_AFTER 64
+
+static size_t gm__tc_wide(const gm_context* ctx) {
+    size_t m = ctx->budget / 32 / GM__ROUND * GM__ROUND;
+    if (ctx->va_gran || !ctx->tc_on) return 0;
+    if (m > GM__TC_WIDE) m = GM__TC_WIDE;
+    return m > GM__TC_MAX ? m : 0;
+}
+
+/* The calling thread, as an address no other thread has. */
+static uintptr_t gm__tc_self(void) {
+#if GM__TC
+    return (uintptr_t)&gm__tls_tc;
+#else
+    return 0;
+#endif
+}
+
+/* With mu: the caches serve requests of up to tc_wide from now on. Their
+   caps change while they stand still (their owners read them in fast
+   frees), as in gm_set_budget. */
+static void gm__tc_widen(gm_context* ctx) {
+    gm__tcache* tc;
+    int frozen = ctx->tc_frozen;
+    GM__ST(ctx->tc_max, ctx->tc_wide);
+    gm__tc_freeze(ctx);
+    for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = gm__tc_cap(ctx);
+    if (!frozen) gm__tc_thaw(ctx);
+    __atomic_store_n(&ctx->tc_lim, GM__LD(ctx->tc_gate) ? 0 : ctx->tc_max, __ATOMIC_RELEASE);
+    gm__log(ctx, GM_LOG_INFO,
+            "thread caches: threads contend for the lock on large blocks; they keep blocks of up to %zu bytes now",
+            ctx->tc_max);
+}
+
+/* A large request (GM__A_WIDE) takes mu, noting whether it waited for
+   another thread; returns with mu held, and whether the caches are wide. */
+static int gm__tc_contend(gm_context* ctx) {
+    uintptr_t me = gm__tc_self();
+    int waited = pthread_mutex_trylock(&ctx->mu) != 0;
+    if (waited) pthread_mutex_lock(&ctx->mu);
+    if (waited && ctx->tc_last != me && ++ctx->tc_contended >= GM__TC_WIDEN_AFTER && ctx->tc_max < ctx->tc_wide)
+        gm__tc_widen(ctx);
+    ctx->tc_last = me;
+    return ctx->tc_max >= ctx->tc_wide;
 }
 
 /* A cache's counters, consistent (any thread). */
