@@ -5250,15 +5250,14 @@ static void gm__tc_widen(gm_context* ctx) {
 }
 
 /* A large request (GM__A_WIDE) takes mu, noting whether it waited for
-   another thread; returns with mu held, and whether the caches are wide. */
-static int gm__tc_contend(gm_context* ctx) {
+   another thread; returns with mu held. */
+static void gm__tc_contend(gm_context* ctx) {
     uintptr_t me = gm__tc_self();
     int waited = pthread_mutex_trylock(&ctx->mu) != 0;
     if (waited) pthread_mutex_lock(&ctx->mu);
     if (waited && ctx->tc_last != me && ++ctx->tc_contended >= GM__TC_WIDEN_AFTER && ctx->tc_max < ctx->tc_wide)
         gm__tc_widen(ctx);
     ctx->tc_last = me;
-    return ctx->tc_max >= ctx->tc_wide;
 }
 
 /* A cache's counters, consistent (any thread). */
@@ -5769,9 +5768,8 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (size == 0) return GM_OK;
-    if (!(flags & GM__A_WIDE)) pthread_mutex_lock(&ctx->mu);
-    else
-        (void)gm__tc_contend(ctx); /* once widened, the next such request is the caches' */
+    if (flags & GM__A_WIDE) gm__tc_contend(ctx); /* once widened, the next such request is the caches' */
+    else pthread_mutex_lock(&ctx->mu);
     if (size > GM__MAX_REQUEST) {
         ctx->stats.num_ooms++;
         gm__oom_message(ctx, size, size, (flags & GM__A_SOFT) != 0);
