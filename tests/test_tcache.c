@@ -821,6 +821,22 @@ static void* lock_holder(void* a) {
     }
     return NULL;
 }
+static void* idle_big_holder(void* a) { /* two 24 MiB blocks into this thread's (widened) cache */
+    idle_arg* x = (idle_arg*)a;
+    void* p[2];
+    int i;
+    for (i = 0; i < 2; i++)
+        if (gm_alloc(x->ctx, &p[i], 24 * MiB, NULL) != GM_OK) p[i] = NULL;
+    for (i = 0; i < 2; i++)
+        if (p[i]) gm_free(x->ctx, p[i]);
+    for (i = 0; i < 2; i++) /* from the cache now: the same blocks */
+        if (gm_alloc(x->ctx, &p[i], 24 * MiB, NULL) != GM_OK) p[i] = NULL;
+    for (i = 0; i < 2; i++)
+        if (p[i]) gm_free(x->ctx, p[i]);
+    t_gate_open(&x->filled);
+    t_gate_wait(&x->done); /* idle, its cache holding 48 MiB */
+    return NULL;
+}
 static void test_widen(void) {
     gm_context* ctx = make(1, 0);
     wide_arg w[2];
@@ -863,6 +879,39 @@ static void test_widen(void) {
     T_OK(gm_empty_cache(ctx));
     T_OK(gm_get_stats(ctx, &st));
     T_EQ(st.reserved_bytes[GM_STAT_ALL].current, 0);
+    T_OK(gm_shutdown(ctx));
+
+    /* widened on a 1 GiB budget (32 MiB blocks at most), an idle thread's
+       cached large blocks come back when a request needs their room */
+    ctx = make(1, 1024 * MiB);
+    T_EQ(ctx->tc_wide, 32 * MiB);
+    wide_run(ctx, 30, w);
+    T_EQ(ctx->tc_max, 32 * MiB);
+    {
+        idle_arg x;
+        void* big;
+        x.ctx = ctx;
+        t_gate_init(&x.filled);
+        t_gate_init(&x.done);
+        pthread_create(&th, NULL, idle_big_holder, &x);
+        t_gate_wait(&x.filled);
+        {
+            size_t held = 0;
+            gm__tcache* tc;
+            pthread_mutex_lock(&ctx->mu);
+            for (tc = ctx->tcs; tc; tc = tc->next) held += tc->cached;
+            pthread_mutex_unlock(&ctx->mu);
+            T_EQ(held, 48 * MiB);
+        }
+        T_OK(gm_get_stats(ctx, &st));
+        T_EQ(st.allocation[GM_STAT_ALL].current, 0); /* cached blocks count as freed */
+        T_OK(gm_alloc(ctx, &big, 1000 * MiB, NULL)); /* needs the idle thread's blocks back */
+        T_EQ(gm_check(ctx), 0);
+        T_OK(gm_free(ctx, big));
+        t_gate_open(&x.done);
+        pthread_join(th, NULL);
+    }
+    T_EQ(gm_check(ctx), 0);
     T_OK(gm_shutdown(ctx));
 
     /* a size asked for stays, the same run or not */
