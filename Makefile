@@ -34,7 +34,7 @@ CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 TESTS    := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 # Fuzz targets (tests/fuzz): libFuzzer drives them under `make fuzz`; the
 # suite replays their kept inputs on every build (sim only).
-FUZZ     := options setup rmm lifetimes packing snapshot
+FUZZ     := options setup rmm lifetimes packing snapshot tier
 SIMTESTS := $(TESTS) $(addprefix fuzz_,$(FUZZ)) test_torch_names test_install
 B        := build
 
