@@ -11092,7 +11092,12 @@ static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     int cur = tm->cur, lost = tm->lost;
     gm__learn_go(ctx, tm, i);
     gm__uses_passed(tm, was, cur);
-    if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost) tm->hc_all = 1; /* more than i's use passed */
+    /* the use passed is i's only when the acquire followed the plan: a
+       tensor the plan does not hold moves the position on by one too, past
+       another's use (positions from nplan on change no verdict) */
+    if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost ||
+        (was < tm->nplan && GM__PLAN_T(tm->plan[was]) != i))
+        tm->hc_all = 1; /* other tensors' verdicts may have changed */
     else if (i < tm->n) gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
 }
 
