@@ -271,8 +271,21 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_ASSERT(gm_tensor_release_many(ctx, u, nu, s) == GM_OK);
             break;
         }
-        case 15: /* the end of a step */
-            FUZZ_ASSERT(ft_fair(gm_tier_step(ctx)));
+        case 15: /* the end of a step; or (by the slot byte's high bits) a new device budget, the cache
+                    emptied, the peaks reset */
+            switch ((data[pos + 1] >> 3) & 3) {
+            case 1:
+                FUZZ_ASSERT(gm_set_budget(ctx, dev_budget[arg & 3]) == GM_OK);
+                break;
+            case 2:
+                FUZZ_ASSERT(gm_empty_cache(ctx) == GM_OK);
+                break;
+            case 3:
+                FUZZ_ASSERT(gm_tier_reset_peaks(ctx) == GM_OK);
+                break;
+            default:
+                FUZZ_ASSERT(ft_fair(gm_tier_step(ctx)));
+            }
             break;
         case 16: /* a phase, or one that does not exist */
             r = gm_tier_set_phase(ctx, (int)(arg % (GM_TIER_PHASES + 2)) - 1);
