@@ -306,13 +306,19 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if ((faults[arg % 7] >= GM_SIM_FAULT_DISK_WRITE) && !disk) break;
             FUZZ_ASSERT(gm_sim_inject(ctx, faults[arg % 7], (uint64_t)(arg >> 3) % 6) == GM_OK);
             break;
-        case 19: /* a stale handle: refused by every call */
-            if (!x->old.id) break;
-            FUZZ_ASSERT(gm_tensor_acquire(ctx, x->old, s, &p) == GM_ERR_STALE_HANDLE);
-            FUZZ_ASSERT(gm_tensor_release(ctx, x->old, s, 1) == GM_ERR_STALE_HANDLE);
-            FUZZ_ASSERT(gm_tensor_destroy(ctx, x->old) == GM_ERR_STALE_HANDLE);
-            FUZZ_ASSERT(gm_tensor_evict(ctx, x->old) == GM_ERR_STALE_HANDLE);
+        case 19: { /* a stale handle, one of another context, or {0}: refused by every call */
+            gm_tensor h = x->old;
+            if (arg % 3 == 1 && x->live) h = x->h, h.ctx_id ^= 1u + (arg >> 2);
+            if (arg % 3 == 2) h.id = h.ctx_id = 0;
+            if (!h.id && arg % 3 != 2) break;
+            FUZZ_ASSERT(gm_tensor_acquire(ctx, h, s, &p) == GM_ERR_STALE_HANDLE);
+            FUZZ_ASSERT(gm_tensor_release(ctx, h, s, 1) == GM_ERR_STALE_HANDLE);
+            FUZZ_ASSERT(gm_tensor_destroy(ctx, h) == GM_ERR_STALE_HANDLE);
+            FUZZ_ASSERT(gm_tensor_evict(ctx, h) == GM_ERR_STALE_HANDLE);
+            FUZZ_ASSERT(gm_tensor_prefetch(ctx, h, s) == GM_ERR_STALE_HANDLE);
+            FUZZ_ASSERT(gm_tensor_set_priority(ctx, h, 1, 1) == GM_ERR_STALE_HANDLE);
             break;
+        }
         }
         ft_check(ctx, t, st);
     }
