@@ -75,6 +75,7 @@ static gm_result ft_run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigne
 }
 
 static char ft_dir[64];
+static void ft_dir_remove(void) { (void)rmdir(ft_dir); }
 
 /* A custom policy's choice: any candidate, or none (n), by the input. */
 static size_t ft_victim(gm_context* ctx, const gm_tensor* c, size_t n, void* user) {
@@ -123,9 +124,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int i, disk;
     unsigned cfg, next_seed = 1, victim_arg = 0;
     if (size < 1) return 0;
-    if (!ft_dir[0]) {
+    if (!ft_dir[0]) { /* the spill files' directory, made once and removed at exit (each file goes at shutdown) */
         snprintf(ft_dir, sizeof ft_dir, "/tmp/gm-fuzz-tier-XXXXXX");
         if (!mkdtemp(ft_dir)) abort();
+        atexit(ft_dir_remove);
     }
     cfg = data[0];
     disk = (cfg >> 4) & 1;
