@@ -223,12 +223,20 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_ASSERT(r == GM_OK);
             x->acq--;
             break;
-        case 8: /* acquired on the other stream while held there: refused */
+        case 8: { /* acquired on the other stream while held there, or released in a batch beside a tensor
+                     not acquired: refused, and nothing released */
+            ft_tensor* y = &t[(data[pos + 1] + 1 + (arg >> 5)) % FT_N];
+            gm_use u[2];
             if (!x->live || !x->acq) break;
             r = gm_tensor_acquire(ctx, x->h, st[!x->si], &p);
             FUZZ_ASSERT(r == GM_ERR_INVALID_STREAM);
             FUZZ_ASSERT(gm_tensor_release(ctx, x->h, st[!x->si], 0) == GM_ERR_INVALID_STREAM);
+            if (!y->live || y->acq) break;
+            u[0].tensor = x->h, u[0].access = GM_ACCESS_READ, u[0].ptr = NULL;
+            u[1].tensor = y->h, u[1].access = GM_ACCESS_READ, u[1].ptr = NULL;
+            FUZZ_ASSERT(gm_tensor_release_many(ctx, u, 2, st[x->si]) == GM_ERR_BAD_STATE);
             break;
+        }
         case 9:
             if (!x->live) break;
             FUZZ_ASSERT(ft_fair(gm_tensor_prefetch(ctx, x->h, x->acq ? st[x->si] : s)));
@@ -254,14 +262,19 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_ASSERT(gm_tensor_release(ctx, x->h, s, arg & 2 ? GM_AS_ACQUIRED : GM_DISCARD) == GM_OK);
             x->seed = 0; /* none to check until written again */
             break;
-        case 14: { /* a batch: x overwritten, the next slot read (a tensor twice is a nest) */
+        case 14: { /* a batch: x overwritten, another slot read (a tensor twice is a nest; one held on
+                      the other stream makes the whole batch a misuse) */
             ft_tensor* y = &t[(data[pos + 1] + 1 + (arg >> 5)) % FT_N];
             gm_use u[2];
             size_t nu = 1;
-            if (!x->live || x->acq || (y->live && y->acq)) break;
+            if (!x->live || x->acq) break;
             u[0].tensor = x->h, u[0].access = GM_ACCESS_OVERWRITE, u[0].ptr = NULL;
             if (y->live) u[1].tensor = y->h, u[1].access = GM_ACCESS_READ, u[1].ptr = NULL, nu = 2;
             r = gm_tensor_acquire_many(ctx, u, nu, s);
+            if (nu == 2 && y->acq && y->si != (int)(arg & 1)) {
+                FUZZ_ASSERT(r == GM_ERR_INVALID_STREAM && !u[0].ptr && !u[1].ptr);
+                break;
+            }
             FUZZ_ASSERT(ft_fair(r));
             if (r != GM_OK) {
                 FUZZ_ASSERT(!u[0].ptr && (nu < 2 || !u[1].ptr)); /* a failed batch acquires none */
