@@ -5243,7 +5243,7 @@ static void gm__tc_widen(gm_context* ctx) {
     gm__tc_freeze(ctx);
     for (tc = ctx->tcs; tc; tc = tc->next) tc->cap = gm__tc_cap(ctx);
     if (!frozen) gm__tc_thaw(ctx);
-    __atomic_store_n(&ctx->tc_lim, GM__LD(ctx->tc_gate) ? 0 : ctx->tc_max, __ATOMIC_RELEASE);
+    gm__tc_gate(ctx, 0, 0); /* no reason changes: tc_lim follows tc_max */
     gm__log(ctx, GM_LOG_INFO,
             "thread caches: threads contend for the lock on large blocks; they keep blocks of up to %zu bytes now",
             ctx->tc_max);
@@ -9515,9 +9515,11 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
    (tm->hcq), not at every tensor: a copy becomes one to write only by
    becoming the only copy (gm__tier_count notes it, and again when a write
    of it fails), or by a change of the plan's verdicts (a new plan or
-   phase, a jump of the position, the plan followed again: hc_all, one
-   walk of every tensor); the position moving on by one passes only the
-   acquired tensor's use. Nothing is noted while learned order does not
+   phase, a jump of the position or a step back, the plan followed again:
+   hc_all, one walk of every tensor); the position moving on by up to 256
+   passes the uses of the tensors at those positions, which
+   gm__uses_passed notes (the acquired tensor's, or on a departure
+   another's). Nothing is noted while learned order does not
    plan (LRU, or the plan left): hc_all is set whenever it starts again.
    Invariants: a tensor's hcq bit is set exactly
    while its slot is on tm->hcq, once; with a disk tier, under learned
@@ -9813,14 +9815,18 @@ static void gm__vh_push(gm__tier* tm, gm__tensor* x) {
 }
 
 /* The plan position moved from `was` (phase `cur`): the tensors whose uses
-   it passed get entries with their next uses, in the learned victims' heap
-   and, keyed by next use, the host victims' heaps. A jump of more than 256
-   positions, or into another phase, clears them instead. Backwards, next
-   uses only come sooner: nothing to do. */
+   it passed (whoever was acquired: a departure moves it too) get entries
+   with their next uses, in the learned victims' heap and, keyed by next
+   use, the host victims' heaps, and their host copies are noted for a
+   write behind (their verdicts changed). A jump of more than 256
+   positions, or into another phase, clears the heaps instead; the caller
+   has every verdict looked at again (hc_all). Backwards, next uses only
+   come sooner: nothing for the heaps. Positions from nplan on change
+   nothing. */
 static void gm__uses_passed(gm__tier* tm, uint32_t was, int cur) {
     uint32_t q;
     int hh = tm->hh_ok && tm->hh_planned;
-    if ((!tm->vh_ok && !hh) || tm->pos <= was) return;
+    if (tm->pos <= was) return;
     if (tm->cur != cur || tm->pos - was > 256) {
         if (tm->vh_ok) tm->vh_jumped = tm->cur == cur;
         tm->vh_ok = 0;
@@ -9833,7 +9839,8 @@ static void gm__uses_passed(gm__tier* tm, uint32_t was, int cur) {
             x->hv++;
             gm__vh_push(tm, x);
         }
-        if (hh) gm__host_note(tm, x);
+        if (hh) gm__host_note(tm, x); /* gm__hc_note too */
+        else gm__hc_note(tm, x);
     }
 }
 
@@ -11091,14 +11098,9 @@ static void gm__learn_follow(gm_context* ctx, gm__tier* tm, uint32_t i) {
     uint32_t was = tm->pos;
     int cur = tm->cur, lost = tm->lost;
     gm__learn_go(ctx, tm, i);
-    gm__uses_passed(tm, was, cur);
-    /* the use passed is i's only when the acquire followed the plan: a
-       tensor the plan does not hold moves the position on by one too, past
-       another's use (positions from nplan on change no verdict) */
-    if (tm->pos != was + 1 || tm->cur != cur || tm->lost != lost ||
-        (was < tm->nplan && GM__PLAN_T(tm->plan[was]) != i))
-        tm->hc_all = 1; /* other tensors' verdicts may have changed */
-    else if (i < tm->n) gm__hc_note(tm, &tm->t[i]); /* its verdict changed: the use passed was its */
+    gm__uses_passed(tm, was, cur); /* notes the copies of the tensors whose uses it passed */
+    if (tm->pos < was || tm->pos - was > 256 || tm->cur != cur || tm->lost != lost)
+        tm->hc_all = 1; /* backwards, a jump, another phase, or planning stopped or started: every verdict */
 }
 
 static void gm__learn_note(gm_context* ctx, gm__tier* tm, gm__tensor* x, int overwrite) {

@@ -971,9 +971,9 @@ static void cycled_done(gm_context* ctx, gm_tensor* t, int n) {
    hold a tenth and a quarter of them, so that every eviction needs host
    room. LRU, and learned order (one build per step: the plan moves every
    next use; and one when stale entries fill the heaps, after as many
-   pushes as there are host copies). The walks it replaced looked at every tensor for each
-   choice, N per eviction; the t_walk differential walks compare each
-   choice with such a walk. */
+   pushes as there are host copies). The walks it replaced looked at
+   every tensor for each choice, N per eviction; the t_walk differential
+   walks compare each choice with such a walk. */
 static void test_host_victim_looks(void) {
     enum { N = 4000, CYCLES = 4 };
     int learned;

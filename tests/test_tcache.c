@@ -513,17 +513,23 @@ static void test_cross_thread(int expandable, int large) {
    from it (under a budget that has room for nothing else). */
 typedef struct idle_arg {
     gm_context* ctx;
+    size_t size;
+    int n; /* blocks of size, at most 4 */
     t_gate filled, done;
 } idle_arg;
 
+/* n blocks of size into this thread's cache (allocated and freed twice:
+   the second time from the cache), then idle until told. */
 static void* idle_holder(void* a) {
     idle_arg* x = (idle_arg*)a;
     void* p[4];
-    int i;
-    for (i = 0; i < 4; i++)
-        if (gm_alloc(x->ctx, &p[i], 256 * KiB, NULL) != GM_OK) p[i] = NULL;
-    for (i = 0; i < 4; i++)
-        if (p[i]) gm_free(x->ctx, p[i]); /* into this thread's cache */
+    int i, k;
+    for (k = 0; k < 2; k++) {
+        for (i = 0; i < x->n; i++)
+            if (gm_alloc(x->ctx, &p[i], x->size, NULL) != GM_OK) p[i] = NULL;
+        for (i = 0; i < x->n; i++)
+            if (p[i]) gm_free(x->ctx, p[i]); /* into this thread's cache */
+    }
     t_gate_open(&x->filled);
     t_gate_wait(&x->done); /* idle, its cache full */
     return NULL;
@@ -535,6 +541,8 @@ static void test_idle_steal(void) {
     void* big;
     gm_stats st;
     x.ctx = make(1, 64 * MiB);
+    x.size = 256 * KiB;
+    x.n = 4;
     t_gate_init(&x.filled);
     t_gate_init(&x.done);
     pthread_create(&th, NULL, idle_holder, &x);
@@ -821,22 +829,6 @@ static void* lock_holder(void* a) {
     }
     return NULL;
 }
-static void* idle_big_holder(void* a) { /* two 24 MiB blocks into this thread's (widened) cache */
-    idle_arg* x = (idle_arg*)a;
-    void* p[2];
-    int i;
-    for (i = 0; i < 2; i++)
-        if (gm_alloc(x->ctx, &p[i], 24 * MiB, NULL) != GM_OK) p[i] = NULL;
-    for (i = 0; i < 2; i++)
-        if (p[i]) gm_free(x->ctx, p[i]);
-    for (i = 0; i < 2; i++) /* from the cache now: the same blocks */
-        if (gm_alloc(x->ctx, &p[i], 24 * MiB, NULL) != GM_OK) p[i] = NULL;
-    for (i = 0; i < 2; i++)
-        if (p[i]) gm_free(x->ctx, p[i]);
-    t_gate_open(&x->filled);
-    t_gate_wait(&x->done); /* idle, its cache holding 48 MiB */
-    return NULL;
-}
 static void test_widen(void) {
     gm_context* ctx = make(1, 0);
     wide_arg w[2];
@@ -891,9 +883,11 @@ static void test_widen(void) {
         idle_arg x;
         void* big;
         x.ctx = ctx;
+        x.size = 24 * MiB; /* in its widened cache */
+        x.n = 2;
         t_gate_init(&x.filled);
         t_gate_init(&x.done);
-        pthread_create(&th, NULL, idle_big_holder, &x);
+        pthread_create(&th, NULL, idle_holder, &x);
         t_gate_wait(&x.filled);
         {
             size_t held = 0;
