@@ -663,6 +663,8 @@ typedef struct gm_tier_stats {
                                  in pieces between them made one place for a tensor, instead of
                                  tensors leaving the device */
     int64_t bytes_compacted;  /* their bytes */
+    int64_t host_scattered;   /* host copies made of several pieces of the host pool, no free piece
+                                 holding one whole (the copies in and out then run one per piece) */
 } gm_tier_stats;
 
 /* What an acquire will do with the bytes. */
@@ -3506,6 +3508,20 @@ static gm__block* gm__arena_after(const gm__arena* a, const gm__block* b) {
         }
     }
     return best && gm__bkey(best) == gm__bkey(b) ? best : NULL;
+}
+
+/* The largest free block of `key`, or NULL if none. */
+static gm__block* gm__arena_largest(const gm__arena* a, uintptr_t key) {
+    gm__block *t = a->root, *best = NULL;
+    while (t) {
+        if (gm__bkey(t) <= key) {
+            if (gm__bkey(t) == key) best = t;
+            t = t->r;
+        } else {
+            t = t->l;
+        }
+    }
+    return best;
 }
 
 /* Takes free block b for `size` bytes; splits the rest off as a new free
@@ -7340,6 +7356,8 @@ struct gm__job {
     uint32_t ti, gen;
     gm__block *ext, *hb;
     int own;
+    const gm__block* hx;    /* MEM kinds with a host copy of the tier: its extents (mem is the first;
+                               gm__host_size), whose chunks the engine finds with gm__job_mem */
 };
 
 typedef struct gm__dslot {
@@ -7711,6 +7729,11 @@ static int gm__slot_free(const gm__disk* dk) {
 /* Room in the I/O queue for one more. */
 static int gm__dio_room(const gm__disk* dk) { return dk->inflight < dk->depth; }
 
+static char* gm__host_at(const gm__block* h, size_t off); /* >>tier */
+
+/* A MEM job's memory at byte `at` (the start of a chunk: in one extent). */
+static char* gm__job_mem(const gm__job* j, size_t at) { return j->hx ? gm__host_at(j->hx, at) : j->mem + at; }
+
 static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uint64_t off, size_t len) {
     sl->job = j;
     sl->io_done = 0;
@@ -7760,8 +7783,10 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
         while (j->sent < j->n && gm__dio_room(dk) && (k = gm__slot_free(dk)) >= 0) {
             size_t at = j->sent * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->sent);
             int w = j->kind == GM__J_WRITE_MEM;
-            if (w && dk->checksum) j->crc = gm__crc32c(j->crc, j->mem + at, len);
-            gm__dslot_start(&dk->slot[k], j, w, j->mem + at, j->off + at, gm__round_up(len, dk->align));
+            char* mem = gm__job_mem(j, at);
+            if (w && dk->checksum) j->crc = gm__crc32c(j->crc, mem, len);
+            gm__dslot_start(&dk->slot[k], j, w, mem, j->off + at, gm__round_up(len, dk->align));
+            if (j->hx && dk->fixed_buf) dk->slot[k].fixed = gm__disk_bufidx(dk, mem, gm__round_up(len, dk->align));
             j->sent++;
             did = 1;
             if ((err = gm__dio_submit(ctx, dk, k)) != GM_OK) {
@@ -8021,7 +8046,7 @@ static void gm__job_submit(gm__disk* dk, gm__job* j, int urgent) {
     gm__job** pp;
     pthread_mutex_lock(&dk->mu);
     j->urgent = urgent;
-    if (j->mem) j->buf_index = dk->fixed_buf ? gm__disk_bufidx(dk, j->mem, j->bytes) : -1;
+    if (j->mem) j->buf_index = dk->fixed_buf && !j->hx ? gm__disk_bufidx(dk, j->mem, j->bytes) : -1;
     for (pp = &dk->jobs; *pp && (!urgent || (*pp)->urgent); pp = &(*pp)->next) {}
     j->next = *pp;
     *pp = j;
@@ -8462,6 +8487,7 @@ typedef struct gm__tier {
     size_t host_used;       /* bytes of the pool's blocks held by tensors */
     size_t host_jobs;       /* and by disk jobs whose tensor let go of them */
     size_t host_peak;       /* the most host_used in this window */
+    size_t host_split;      /* a host copy's extents but the last hold multiples of it (0: one piece) */
     void* bounce;           /* the swap's bounce buffer (GM__SWAP_CHUNK), made when first needed */
     int bounce_pinned;
     uint64_t host_window;   /* tier clock when the window began */
@@ -8810,11 +8836,87 @@ static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
     return 1;
 }
 
-/* A new writer of host block b (a copy on `writer`) orders itself after
-   the copies that used its bytes before (their marks: b->ord). */
-static void gm__host_order(gm_context* ctx, gm__tier* tm, const gm__block* b, gm_stream writer) {
-    gm__tk_order(ctx, tm, GM__TK_IN, b->ord[0], writer);
-    gm__tk_order(ctx, tm, GM__TK_OUT, b->ord[1], writer);
+/* A host copy: one block of the pool or, when no free piece of the pool
+   holds it whole, extents of it chained through r (a USED block's r is
+   otherwise unused), in the tensor's order. Invariants: each extent holds
+   the next `requested` bytes of the tensor (at most its size; together at
+   least the tensor's bytes: a swap may hand a copy to a smaller tensor,
+   gm__swap_in); every extent but the last
+   holds a multiple of tm->host_split bytes (1 MiB, or a multiple of the
+   disk's chunk), so that a disk chunk lies in one extent; the copies in
+   and out run one per extent, and a swap's pieces end where extents do. */
+static size_t gm__host_size(const gm__block* h) { /* the pool's bytes it holds */
+    size_t n = 0;
+    for (; h; h = h->r) n += h->size;
+    return n;
+}
+
+/* The tensor bytes host copy h holds (its extents' `requested`). */
+static size_t gm__host_cap(const gm__block* h) {
+    size_t n = 0;
+    for (; h; h = h->r) n += h->requested;
+    return n;
+}
+
+/* The extent holding byte `*off` of host copy h; *off becomes the offset in it. */
+static const gm__block* gm__host_ext(const gm__block* h, size_t* off) {
+    while (h->r && *off >= h->requested) {
+        *off -= h->requested;
+        h = h->r;
+    }
+    return h;
+}
+
+static char* gm__host_at(const gm__block* h, size_t off) {
+    h = gm__host_ext(h, &off);
+    return (char*)h->addr + off;
+}
+
+/* The bytes from `off` to the end of its extent, at most `most`. */
+static size_t gm__host_run(const gm__block* h, size_t off, size_t most) {
+    h = gm__host_ext(h, &off);
+    return off < h->requested && h->requested - off < most ? h->requested - off : most;
+}
+
+/* A copy of `bytes` between device (or managed) memory dev and host copy
+   h, one per extent, on `s`: kind GM_COPY_DEVICE_TO_HOST copies out of dev,
+   any other into it. */
+static gm_result gm__host_copy(gm_context* ctx, void* dev, const gm__block* h, size_t bytes, gm_copy_kind kind,
+                               gm_stream s) {
+    size_t off = 0;
+    gm_result r = GM_OK;
+    for (; h && off < bytes && r == GM_OK; off += h->requested, h = h->r) {
+        size_t n = bytes - off < h->requested ? bytes - off : h->requested;
+        char* d = (char*)dev + off;
+        r = kind == GM_COPY_DEVICE_TO_HOST ? ctx->be->copy(ctx, (void*)h->addr, d, n, kind, s)
+                                           : ctx->be->copy(ctx, d, (void*)h->addr, n, kind, s);
+    }
+    return r;
+}
+
+/* The latest mark of kind k (0: in, 1: out) any extent of h waits for. */
+static uint64_t gm__host_ord(const gm__block* h, int k) {
+    uint64_t m = 0;
+    for (; h; h = h->r)
+        if (h->ord[k] > m) m = h->ord[k];
+    return m;
+}
+
+/* A new writer of host copy h (a copy on `writer`) orders itself after
+   the copies that used its bytes before (their marks: ord). */
+static void gm__host_order(gm_context* ctx, gm__tier* tm, const gm__block* h, gm_stream writer) {
+    gm__tk_order(ctx, tm, GM__TK_IN, gm__host_ord(h, 0), writer);
+    gm__tk_order(ctx, tm, GM__TK_OUT, gm__host_ord(h, 1), writer);
+}
+
+/* Host copy h back to the pool, every extent. */
+static void gm__host_give(gm__tier* tm, gm__block* h) {
+    while (h) {
+        gm__block* n = h->r;
+        h->r = NULL;
+        gm__arena_give(&tm->host, h);
+        h = n;
+    }
 }
 
 /* At the end of a window, whole free chunks past twice the window's peak
@@ -8844,14 +8946,57 @@ static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
     tm->host_peak = tm->host_used;
 }
 
-/* A host block (its first writer orders itself after b->ord), or NULL
-   when the pool is full. */
+/* `need` bytes of the pool in extents (see gm__host_size), when no free
+   piece holds them whole: the largest free pieces first, cut to multiples
+   of host_split, then the rest of the budget as a chunk (only when it is
+   less than need: else the pool tried that chunk, and the system refused
+   it); NULL (nothing taken) when they do not add up. */
+static gm__block* gm__host_scatter(gm_context* ctx, gm__tier* tm, size_t need) {
+    gm__arena* a = &tm->host;
+    size_t g = tm->host_split, left = need, lim = ctx->desc.host_budget - ctx->desc.host_budget % a->align;
+    gm__block *head = NULL, **tail = &head;
+    int grow = tm->host_reserved + need > lim;
+    if (!g || need <= g || tm->host_reserved - tm->host_used - tm->host_jobs + (grow ? lim - tm->host_reserved : 0) < need)
+        return NULL;
+    while (left) {
+        gm__block* f = gm__arena_find(a, 1, left);
+        size_t take = left;
+        if (!f) {
+            f = gm__arena_largest(a, 1);
+            take = f ? f->size / g * g : 0;
+        }
+        if (!take) { /* no piece of a whole multiple: a new chunk of what the budget has left */
+            size_t more = lim - tm->host_reserved;
+            if (more > GM__HOST_CHUNK) more = GM__HOST_CHUNK;
+            if (!grow || (more < g && more < left) || !gm__host_grow(ctx, tm, more)) break;
+            grow = 0; /* once */
+            continue;
+        }
+        f = gm__arena_take(a, f, take, a->align);
+        f->requested = take;
+        *tail = f;
+        tail = &f->r;
+        left -= take;
+    }
+    if (left) {
+        gm__host_give(tm, head);
+        return NULL;
+    }
+    return head;
+}
+
+/* A host copy of `bytes` (its first writer orders itself after its ord,
+   gm__host_order), or NULL when the pool is full. */
 static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
-    gm__block* b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK,
-                      gm__round_up(bytes ? bytes : 1, GM__HOST_PAGE), gm__host_grow, tm);
+    size_t need = gm__round_up(bytes ? bytes : 1, GM__HOST_PAGE);
+    gm__block* b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK, need,
+                                 gm__host_grow, tm);
+    if (b) b->requested = need;
+    else b = gm__host_scatter(ctx, tm, need);
     if (b) {
-        tm->host_used += b->size;
+        tm->host_used += gm__host_size(b);
         if (tm->host_used > tm->host_peak) tm->host_peak = tm->host_used;
+        if (b->r) tm->st.host_scattered++;
     }
     return b;
 }
@@ -8862,8 +9007,10 @@ static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
    next: the pool, or a disk job x leaves it to (gm__job_detach). */
 static void gm__host_stamp(gm__tier* tm, const gm__tensor* x, gm__block* b) {
     uint64_t hr = gm__tk_at(tm, GM__TK_IN, x->hr_seq), out = gm__tk_at(tm, GM__TK_OUT, x->out_seq);
-    if (hr > b->ord[0]) b->ord[0] = hr;
-    if (out > b->ord[1]) b->ord[1] = out;
+    for (; b; b = b->r) {
+        if (hr > b->ord[0]) b->ord[0] = hr;
+        if (out > b->ord[1]) b->ord[1] = out;
+    }
 }
 
 /* Gives up x's host block: free at once, stamped with the marks after the
@@ -8871,13 +9018,13 @@ static void gm__host_stamp(gm__tier* tm, const gm__tensor* x, gm__block* b) {
 static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__block* b = x->host;
     if (!b) return;
-    tm->host_used -= b->size;
+    tm->host_used -= gm__host_size(b);
     if (x->read_ahead && x->host_valid) tm->st.read_ahead_wasted++;
     x->read_ahead = 0;
     x->host = NULL;
     x->host_valid = 0;
     gm__host_stamp(tm, x, b);
-    gm__arena_give(&tm->host, b);
+    gm__host_give(tm, b);
     gm__host_trim(ctx, tm);
 }
 
@@ -8943,7 +9090,7 @@ static gm_result gm__copy_out(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__tk_order_at(ctx, tm, GM__TK_IN, x->ready_seq, GM__OUT(tm)); /* the memory is the tensor's */
     gm__tk_order_at(ctx, tm, x->done_tk, x->done_seq, GM__OUT(tm));
     gm__host_order(ctx, tm, x->host, GM__OUT(tm));
-    r = ctx->be->copy(ctx, (void*)x->host->addr, x->dev, x->bytes, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
+    r = gm__host_copy(ctx, x->dev, x->host, x->bytes, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
     if (r != GM_OK) return r;
     x->out_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_OUT);
     gm__tier_count(tm, x, -1);
@@ -8983,8 +9130,8 @@ static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
     if (!x) {
         if (j->ext) gm__arena_give(&dk->ar, j->ext);
         if (j->hb) {
-            tm->host_jobs -= j->hb->size;
-            gm__arena_give(&tm->host, j->hb);
+            tm->host_jobs -= gm__host_size(j->hb);
+            gm__host_give(tm, j->hb);
             gm__host_trim(ctx, tm);
         }
         gm__job_free(j);
@@ -9029,8 +9176,8 @@ static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
             gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) read from disk into the host tier", gm__handle_id(tm, x),
                     x->bytes);
         } else {
-            tm->host_used -= x->host->size;
-            gm__arena_give(&tm->host, x->host);
+            tm->host_used -= gm__host_size(x->host);
+            gm__host_give(tm, x->host);
             x->host = NULL;
             gm__log(ctx, j->res == GM_ERR_CHECKSUM ? GM_LOG_ERROR : GM_LOG_WARN, "tier: reading tensor %#x (%zu bytes) "
                     "from disk failed (%s); it stays on disk", gm__handle_id(tm, x), x->bytes,
@@ -9085,8 +9232,8 @@ static void gm__job_detach(gm__tier* tm, gm__tensor* x) {
     j->hb = x->host;
     if (x->host) { /* the pool takes it when the job is applied: after the copies that used it too */
         gm__host_stamp(tm, x, x->host);
-        tm->host_used -= x->host->size;
-        tm->host_jobs += x->host->size;
+        tm->host_used -= gm__host_size(x->host);
+        tm->host_jobs += gm__host_size(x->host);
     }
     x->host = NULL;
     x->host_valid = 0;
@@ -9117,6 +9264,7 @@ static gm_result gm__disk_behind(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     j->mem = (char*)x->host->addr;
+    j->hx = x->host;
     j->gate[0] = gm__gate_at(ctx, tm, GM__TK_OUT, x->out_seq); /* the copy that fills it */
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
@@ -9164,14 +9312,15 @@ static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__job* j = gm__job_new(dk, GM__J_READ_MEM, gm__disk_off(dk, x->disk), x->bytes);
     if (!j) {
-        tm->host_used -= hb->size;
-        gm__arena_give(&tm->host, hb);
+        tm->host_used -= gm__host_size(hb);
+        gm__host_give(tm, hb);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     j->mem = (char*)hb->addr;
+    j->hx = hb;
     j->want = x->crc;
-    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_IN, hb->ord[0]); /* the copies that last used the block */
-    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_OUT, hb->ord[1]);
+    j->gate[0] = gm__gate_on(ctx, tm, GM__TK_IN, gm__host_ord(hb, 0)); /* the copies that last used it */
+    j->gate[1] = gm__gate_on(ctx, tm, GM__TK_OUT, gm__host_ord(hb, 1));
     j->ti = (uint32_t)(x - tm->t);
     j->gen = x->gen;
     x->host = hb;
@@ -9898,7 +10047,8 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
         uint64_t nu;
         x = GM__LRU(tm, k);
         if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
-        if (swap && (x->job || x->host || x->prefetched == 2 || x->bytes > (swap->host ? swap->host : swap->disk)->size ||
+        if (swap && (x->job || x->host || x->prefetched == 2 ||
+                     x->bytes > (swap->host ? gm__host_cap(swap->host) : swap->disk->size) ||
                      (!swap->host && x->disk_valid) || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
             continue; /* a swap's: it fits x's room below, x fits its device memory, and it has no copy below */
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
@@ -10472,6 +10622,7 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     pthread_mutex_init(&tm->mu, &ma);
     pthread_mutexattr_destroy(&ma);
     gm__arena_init(&tm->host, GM__HOST_PAGE, NULL, 0);
+    tm->host_split = ctx->disk ? gm__round_up(GM__MIB, ((gm__disk*)ctx->disk)->chunk) : GM__MIB;
     pthread_mutex_lock(&ctx->mu);
     if (ctx->tier) { /* another thread got there first: use its manager */
         gm__tier* won = (gm__tier*)ctx->tier;
@@ -10599,9 +10750,9 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
    the one before (a last resort, not the fast path). A copy that fails
    undoes the chunks already traded (the trade is its own inverse), so both
    tensors stay where they were. */
-#define GM__SWAP_CHUNK (4 * GM__MIB)
 /* The bytes of a tensor of `bytes` in the swap's chunk at `off` of `chunk`
    bytes: 0 past its end, or when it has none to move (blank). */
+#define GM__SWAP_CHUNK (4 * GM__MIB)
 static size_t gm__swap_part(size_t bytes, int blank, size_t off, size_t chunk) {
     if (blank || off >= bytes) return 0;
     return bytes - off < chunk ? bytes - off : chunk;
@@ -10657,8 +10808,8 @@ static void gm__swap_handover(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm__
 
 static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank) {
     gm__tensor* v;
-    char *dev, *host;
-    size_t off, done;
+    char* dev;
+    size_t off, done, step = GM__SWAP_CHUNK;
     gm_result r = GM_OK;
     if (x->job || !x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY; /* the caller waits
                                                                                                   for x's I/O */
@@ -10666,22 +10817,25 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     /* every copy that used x's host copy is over too */
     gm__tk_sync_at(ctx, tm, GM__TK_OUT, x->out_seq);
     gm__tk_sync_at(ctx, tm, GM__TK_IN, x->hr_seq);
-    gm__tk_sync(ctx, tm, GM__TK_IN, x->host->ord[0]);
-    gm__tk_sync(ctx, tm, GM__TK_OUT, x->host->ord[1]);
+    gm__tk_sync(ctx, tm, GM__TK_IN, gm__host_ord(x->host, 0));
+    gm__tk_sync(ctx, tm, GM__TK_OUT, gm__host_ord(x->host, 1));
     dev = (char*)v->dev;
-    host = (char*)x->host->addr;
-    for (off = 0; off < v->bytes || off < x->bytes; off += GM__SWAP_CHUNK) {
-        size_t out = gm__swap_part(v->bytes, v->blank, off, GM__SWAP_CHUNK);
-        size_t in = gm__swap_part(x->bytes, blank, off, GM__SWAP_CHUNK);
-        r = gm__swap_chunk(ctx, tm, dev + off, host + off, out, in);
+    for (off = 0; off < v->bytes || off < x->bytes; off += step) {
+        size_t out, in;
+        step = gm__host_run(x->host, off, GM__SWAP_CHUNK);
+        out = gm__swap_part(v->bytes, v->blank, off, step);
+        in = gm__swap_part(x->bytes, blank, off, step);
+        r = gm__swap_chunk(ctx, tm, dev + off, gm__host_at(x->host, off), out, in);
         if (r != GM_OK) break;
     }
     if (r != GM_OK) {
         gm_result u = GM_OK;
-        for (done = 0; done < off && u == GM_OK; done += GM__SWAP_CHUNK) { /* trade the traded chunks back */
-            size_t out = gm__swap_part(v->bytes, v->blank, done, GM__SWAP_CHUNK);
-            size_t in = gm__swap_part(x->bytes, blank, done, GM__SWAP_CHUNK);
-            u = gm__swap_chunk(ctx, tm, dev + done, host + done, in, out);
+        for (done = 0; done < off && u == GM_OK; done += step) { /* trade the traded chunks back */
+            size_t out, in;
+            step = gm__host_run(x->host, done, GM__SWAP_CHUNK);
+            out = gm__swap_part(v->bytes, v->blank, done, step);
+            in = gm__swap_part(x->bytes, blank, done, step);
+            u = gm__swap_chunk(ctx, tm, dev + done, gm__host_at(x->host, done), in, out);
         }
         if (u != GM_OK)
             gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x failed twice (%s); their bytes are mixed",
@@ -10870,7 +11024,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         gm__disk* dk = (gm__disk*)ctx->disk;
         if (!from_disk) {
             gm__tk_order_at(ctx, tm, GM__TK_OUT, x->out_seq, GM__IN(tm)); /* the host copy is whole */
-            r = ctx->be->copy(ctx, dst, (void*)x->host->addr, x->bytes, kind, GM__IN(tm));
+            r = gm__host_copy(ctx, dst, x->host, x->bytes, kind, GM__IN(tm));
         } else {
             uint32_t want = x->crc;
             r = gm__disk_staged(dk, GM__J_READ_DEV, gm__disk_off(dk, x->disk), dst, x->bytes, kind, GM__IN(tm), &want);
@@ -12397,7 +12551,7 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                 for (j = pass ? dk->done : dk->jobs; j; j = j->next) {
                     if (j->ti != UINT32_MAX) continue;
                     if (j->ext) job_ext_n++, job_ext_b += (int64_t)j->ext->size;
-                    if (j->hb) job_host += j->hb->size;
+                    if (j->hb) job_host += gm__host_size(j->hb);
                 }
             pthread_mutex_unlock(&dk->mu);
         }
@@ -12411,8 +12565,25 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                     gm__broken(ck, "host pool: block at offset %lld of segment %zu (%#lx) waits for a mark never made",
                                (long long)(b->addr - sg->base), si, (unsigned long)sg->base);
         }
-        for (i = 0; i < tm->n; i++)
-            if (tm->t[i].live && tm->t[i].host) held += tm->t[i].host->size;
+        for (i = 0; i < tm->n; i++) { /* each host copy's extents (the walk ends at a cycle) */
+            const gm__tensor* hx = &tm->t[i];
+            const gm__block* e;
+            size_t logical = 0, ne = 0;
+            if (!hx->live || !hx->host) continue;
+            for (e = hx->host; e && ne++ <= tm->host_reserved / tm->host.align; e = e->r) {
+                held += e->size;
+                logical += e->requested;
+                if (e->state != GM__USED || e->requested > e->size || !gm__arena_seg_of(&tm->host, e->addr))
+                    gm__broken(ck, "tensor %#x: host copy extent %zu (%zu of %zu bytes) is not a block in use of the "
+                               "host pool", gm__handle_id(tm, hx), ne - 1, (size_t)e->requested, e->size);
+                if (e->r && (!tm->host_split || e->requested % tm->host_split))
+                    gm__broken(ck, "tensor %#x: host copy extent %zu holds %zu bytes, not a multiple of %zu",
+                               gm__handle_id(tm, hx), ne - 1, (size_t)e->requested, tm->host_split);
+            }
+            if (logical < hx->bytes)
+                gm__broken(ck, "tensor %#x: host copy holds %zu bytes in %zu extents for %zu", gm__handle_id(tm, hx),
+                           logical, ne, hx->bytes);
+        }
         if ((size_t)ub != tm->host_used + tm->host_jobs)
             gm__broken(ck, "host pool: blocks in use sum to %lld, counted %zu for tensors and %zu for disk jobs",
                        (long long)ub, tm->host_used, tm->host_jobs);

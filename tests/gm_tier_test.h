@@ -315,13 +315,13 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
     T_OK(gm_tier_get_stats(ctx, &ts));
     printf("tier walk: %ld steps, %lld tensors live, MiB on device %.1f, host %.1f, disk %.1f; %lld evictions "
            "(%lld clean), MiB to host %.1f, to device %.1f, to disk %.1f, from disk %.1f; prefetch %lld hits / %lld "
-           "misses; %lld compactions (%.1f MiB); %d out of memory\n",
+           "misses; %lld compactions (%.1f MiB); %lld host copies in pieces; %d out of memory\n",
            steps, (long long)ts.tensors, (double)ts.device_bytes / (double)MiB, (double)ts.host_bytes / (double)MiB,
            (double)ts.disk_bytes / (double)MiB, (long long)ts.evictions, (long long)ts.clean_evictions,
            (double)ts.bytes_to_host / (double)MiB, (double)ts.bytes_to_device / (double)MiB,
            (double)ts.bytes_to_disk / (double)MiB, (double)ts.bytes_from_disk / (double)MiB,
            (long long)ts.prefetch_hits, (long long)ts.prefetch_misses, (long long)ts.compactions,
-           (double)ts.bytes_compacted / (double)MiB, ooms);
+           (double)ts.bytes_compacted / (double)MiB, (long long)ts.host_scattered, ooms);
     T_EQ(gm_check(ctx), 0);
     {
         int i;

@@ -197,6 +197,58 @@ static void test_full_and_alloc_evicts(void) {
 
 /* A swap whose copy fails part way: the chunks already traded are traded
    back, the acquire says what failed, and both tensors read as before. */
+/* A host copy in pieces: with every chunk of the host pool holding a
+   tensor and a hole none fits whole, a tensor leaves the device into
+   extents of several chunks (before, it could not leave: the host tier
+   full). Its bytes come back through each path: a copy in, a copy out
+   after a write, and a swap with a device copy (device and host full),
+   whose pieces end where extents do (19 + 19 + 7 MiB against 4 MiB
+   pieces). */
+static void test_host_pieces(void) {
+    enum { N = 45 };
+    gm_context* ctx = tier_ctx(64 * MiB, 192 * MiB, GM_FALLBACK_FAIL);
+    gm_tensor t[5];
+    gm_tier_stats ts;
+    int i;
+    for (i = 0; i < 4; i++) { /* one to each 64 MiB chunk, leaving 19 MiB in each; the fourth in pieces */
+        T_OK(gm_tensor_create(ctx, &t[i], N * MiB + 5));
+        fill(ctx, t[i], N * MiB + 5, 40u + (unsigned)i, NULL);
+        T_OK(gm_tensor_evict(ctx, t[i]));
+        T_EQ(where(ctx, t[i]), GM_TIER_HOST);
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.host_scattered, 1);
+    T_EQ(ts.host_reserved, 192 * (int64_t)MiB);
+    verify(ctx, t[3], N * MiB + 5, 43, NULL); /* in from the pieces */
+    fill(ctx, t[3], N * MiB + 5, 53, NULL);   /* written: the pieces go; out into new ones */
+    T_OK(gm_tensor_evict(ctx, t[3]));
+    T_EQ(where(ctx, t[3]), GM_TIER_HOST);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.host_scattered, 2);
+    T_EQ(gm_check(ctx), 0);
+    /* device and host full: t[4] on the device trades places with t[3] in pieces, and back */
+    T_OK(gm_tensor_create(ctx, &t[4], N * MiB));
+    fill(ctx, t[4], N * MiB, 44, NULL);
+    verify(ctx, t[3], N * MiB + 5, 53, NULL);
+    T_EQ(where(ctx, t[3]), GM_TIER_DEVICE);
+    T_EQ(where(ctx, t[4]), GM_TIER_HOST);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, t[4], N * MiB, 44, NULL);
+    T_EQ(where(ctx, t[4]), GM_TIER_DEVICE);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.swaps, 2);
+    for (i = 0; i < 3; i++) verify(ctx, t[i], N * MiB + 5, 40u + (unsigned)i, NULL);
+    verify(ctx, t[3], N * MiB + 5, 53, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 5; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.host_bytes, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_swap_fails(void) {
     gm_context* ctx = tier_ctx(24 * MiB, 24 * MiB, GM_FALLBACK_DEFAULT);
     const size_t n = 10 * MiB + 4096;
@@ -1607,6 +1659,7 @@ int main(int argc, char** argv) {
     test_faults();
     test_full_and_alloc_evicts();
     test_swap_fails();
+    test_host_pieces();
     test_managed_fallback();
     test_priority_and_pinning();
     test_fallback_hook();
