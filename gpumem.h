@@ -8880,16 +8880,22 @@ static size_t gm__host_run(const gm__block* h, size_t off, size_t most) {
 
 /* A copy of `bytes` between device (or managed) memory dev and host copy
    h, one per extent, on `s`: kind GM_COPY_DEVICE_TO_HOST copies out of dev,
-   any other into it. */
+   any other into it. When one fails after others were queued, `s` is
+   waited for: the caller gives the memory back as if nothing had been
+   queued, and no mark covers those copies. */
 static gm_result gm__host_copy(gm_context* ctx, void* dev, const gm__block* h, size_t bytes, gm_copy_kind kind,
                                gm_stream s) {
     size_t off = 0;
     gm_result r = GM_OK;
-    for (; h && off < bytes && r == GM_OK; off += h->requested, h = h->r) {
+    for (; h && off < bytes; off += h->requested, h = h->r) {
         size_t n = bytes - off < h->requested ? bytes - off : h->requested;
         char* d = (char*)dev + off;
         r = kind == GM_COPY_DEVICE_TO_HOST ? ctx->be->copy(ctx, (void*)h->addr, d, n, kind, s)
                                            : ctx->be->copy(ctx, d, (void*)h->addr, n, kind, s);
+        if (r != GM_OK) {
+            if (off) (void)ctx->be->stream_sync(ctx, s);
+            break;
+        }
     }
     return r;
 }
@@ -10750,9 +10756,9 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
    the one before (a last resort, not the fast path). A copy that fails
    undoes the chunks already traded (the trade is its own inverse), so both
    tensors stay where they were. */
+#define GM__SWAP_CHUNK (4 * GM__MIB)
 /* The bytes of a tensor of `bytes` in the swap's chunk at `off` of `chunk`
    bytes: 0 past its end, or when it has none to move (blank). */
-#define GM__SWAP_CHUNK (4 * GM__MIB)
 static size_t gm__swap_part(size_t bytes, int blank, size_t off, size_t chunk) {
     if (blank || off >= bytes) return 0;
     return bytes - off < chunk ? bytes - off : chunk;

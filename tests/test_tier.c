@@ -209,6 +209,7 @@ static void test_host_pieces(void) {
     gm_context* ctx = tier_ctx(64 * MiB, 192 * MiB, GM_FALLBACK_FAIL);
     gm_tensor t[5];
     gm_tier_stats ts;
+    int64_t scattered;
     int i;
     for (i = 0; i < 4; i++) { /* one to each 64 MiB chunk, leaving 19 MiB in each; the fourth in pieces */
         T_OK(gm_tensor_create(ctx, &t[i], N * MiB + 5));
@@ -222,10 +223,21 @@ static void test_host_pieces(void) {
     T_EQ(ts.host_reserved, 192 * (int64_t)MiB);
     verify(ctx, t[3], N * MiB + 5, 43, NULL); /* in from the pieces */
     fill(ctx, t[3], N * MiB + 5, 53, NULL);   /* written: the pieces go; out into new ones */
+    if (t_sim) { /* the second piece's copy fails: the tensor stays on the device, the pieces go back */
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 2));
+        T_EQ(gm_tensor_evict(ctx, t[3]), GM_ERR_COPY_FAILED);
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 0));
+        T_EQ(where(ctx, t[3]), GM_TIER_DEVICE);
+        T_EQ(gm_check(ctx), 0);
+        T_OK(gm_tier_get_stats(ctx, &ts));
+        T_EQ(ts.host_bytes, 3 * (int64_t)(N * MiB + 5));
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    scattered = ts.host_scattered;
     T_OK(gm_tensor_evict(ctx, t[3]));
     T_EQ(where(ctx, t[3]), GM_TIER_HOST);
     T_OK(gm_tier_get_stats(ctx, &ts));
-    T_EQ(ts.host_scattered, 2);
+    T_EQ(ts.host_scattered, scattered + 1);
     T_EQ(gm_check(ctx), 0);
     /* device and host full: t[4] on the device trades places with t[3] in pieces, and back */
     T_OK(gm_tensor_create(ctx, &t[4], N * MiB));
