@@ -8842,8 +8842,9 @@ static int gm__host_grow(gm_context* ctx, void* owner, size_t bytes) {
    the next `requested` bytes of the tensor (at most its size; together at
    least the tensor's bytes: a swap may hand a copy to a smaller tensor,
    gm__swap_in); every extent but the last
-   holds a multiple of tm->host_split bytes (1 MiB, or a multiple of the
-   disk's chunk), so that a disk chunk lies in one extent; the copies in
+   holds a multiple of tm->host_split bytes (1 MiB, or 1/16 of a smaller
+   host tier, rounded up to whole pages and disk chunks), so that a disk
+   chunk lies in one extent; the copies in
    and out run one per extent, and a swap's pieces end where extents do. */
 static size_t gm__host_size(const gm__block* h) { /* the pool's bytes it holds */
     size_t n = 0;
@@ -10628,7 +10629,12 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
     pthread_mutex_init(&tm->mu, &ma);
     pthread_mutexattr_destroy(&ma);
     gm__arena_init(&tm->host, GM__HOST_PAGE, NULL, 0);
-    tm->host_split = ctx->disk ? gm__round_up(GM__MIB, ((gm__disk*)ctx->disk)->chunk) : GM__MIB;
+    { /* 1 MiB, or 1/16 of a smaller host tier, in whole pages and disk chunks */
+        size_t g = ctx->desc.host_budget / 16 < GM__MIB ? ctx->desc.host_budget / 16 : GM__MIB;
+        size_t c = ctx->disk ? ((gm__disk*)ctx->disk)->chunk : GM__HOST_PAGE, unit = c;
+        while (unit % GM__HOST_PAGE) unit += c;
+        tm->host_split = gm__round_up(g ? g : 1, unit);
+    }
     pthread_mutex_lock(&ctx->mu);
     if (ctx->tier) { /* another thread got there first: use its manager */
         gm__tier* won = (gm__tier*)ctx->tier;

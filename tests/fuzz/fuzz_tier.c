@@ -138,6 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     d.host_budget = host_budget[(cfg >> 2) & 3];
     d.disk_dir = disk ? ft_dir : NULL;
     d.disk_budget = disk ? (size_t)8 << 20 : 0;
+    d.disk_chunk = 64 * FT_KIB; /* host copies in pieces of 64 KiB (a sixteenth of the largest host tier) */
     d.disk_io = (cfg >> 6) & 1 ? GM_DISK_IO_PREAD : GM_DISK_IO_DEFAULT;
     d.expandable = (cfg >> 7) & 1 ? GM_TOGGLE_ON : GM_TOGGLE_DEFAULT;
     if (gm_setup(&ctx, &d) != GM_OK) return 0;
