@@ -141,6 +141,50 @@ static void test_roundtrips(gm_disk_io io) {
 
 /* The host tier full: device evictions push the coldest host copies to
    disk; every tensor reads back intact; create finds room on disk. */
+/* A host copy in pieces with a disk chunk of 12 KiB (not a power of two):
+   the pieces are whole multiples of it and of the page, so every chunk of
+   the write from the pieces lies in one of them; the bytes come back from
+   disk whole, and gm_check walks the pieces. */
+static void test_host_pieces_disk(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor a, b, c;
+    gm_tier_stats ts;
+    d.device_budget = 8 * MiB;
+    d.host_budget = 4 * MiB; /* pieces of 1/16 of it, in whole 12 KiB chunks: 258048 bytes */
+    d.disk_dir = dir;
+    d.disk_chunk = 12 * KiB;
+    if (!(ctx = t_setup(d))) return;
+    T_EQ(gm_query_desc(ctx).disk_chunk, 12 * KiB);
+    T_OK(gm_tensor_create(ctx, &a, 3 * MiB / 2));
+    T_OK(gm_tensor_create(ctx, &b, 3 * MiB / 2));
+    T_OK(gm_tensor_create(ctx, &c, 2 * MiB + 3));
+    fill(ctx, a, 3 * MiB / 2, 71, NULL);
+    fill(ctx, b, 3 * MiB / 2, 72, NULL);
+    fill(ctx, c, 2 * MiB + 3, 73, NULL);
+    T_OK(gm_tensor_evict(ctx, a)); /* the host pool: a, b, then 1 MiB free */
+    T_OK(gm_tensor_evict(ctx, b));
+    T_OK(gm_tensor_destroy(ctx, a)); /* 1.5 MiB free before b, 1 MiB after: c needs both */
+    T_OK(gm_tensor_evict(ctx, c));
+    T_EQ(where(ctx, c), GM_TIER_HOST);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.host_scattered, 1);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_evict_to(ctx, c, GM_TIER_DISK)); /* written from its pieces, chunk by chunk */
+    T_EQ(where(ctx, c), GM_TIER_DISK);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, c, 2 * MiB + 3, 73, NULL);
+    verify(ctx, b, 3 * MiB / 2, 72, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.checksum_failures, 0);
+    T_EQ(ts.disk_errors, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, b));
+    T_OK(gm_tensor_destroy(ctx, c));
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_demotion(void) {
     gm_context* ctx = disk_ctx(8 * MiB, 8 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
     gm_tensor t[48];
@@ -1123,6 +1167,7 @@ int main(int argc, char** argv) {
     test_roundtrips(GM_DISK_IO_URING);
     test_roundtrips(GM_DISK_IO_PREAD);
     test_demotion();
+    test_host_pieces_disk();
     test_faults(GM_DISK_IO_URING);
     test_faults(GM_DISK_IO_PREAD);
     test_checksum_off();
