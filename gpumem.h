@@ -8963,8 +8963,8 @@ static gm__block* gm__host_scatter(gm_context* ctx, gm__tier* tm, size_t need) {
     size_t g = tm->host_split, left = need, lim = ctx->desc.host_budget - ctx->desc.host_budget % a->align;
     gm__block *head = NULL, **tail = &head;
     int grow = tm->host_reserved + need > lim;
-    if (!g || need <= g || tm->host_reserved - tm->host_used - tm->host_jobs + (grow ? lim - tm->host_reserved : 0) < need)
-        return NULL;
+    size_t room = tm->host_reserved - tm->host_used - tm->host_jobs + (grow ? lim - tm->host_reserved : 0);
+    if (!g || need <= g || room < need) return NULL;
     while (left) {
         gm__block* f = gm__arena_find(a, 1, left);
         size_t take = left;
