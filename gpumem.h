@@ -8916,14 +8916,17 @@ static void gm__host_order(gm_context* ctx, gm__tier* tm, const gm__block* h, gm
     gm__tk_order(ctx, tm, GM__TK_OUT, gm__host_ord(h, 1), writer);
 }
 
-/* Host copy h back to the pool, every extent. */
-static void gm__host_give(gm__tier* tm, gm__block* h) {
+/* Host copy h back to the pool, every extent: the pool's bytes it held. */
+static size_t gm__host_give(gm__tier* tm, gm__block* h) {
+    size_t n = 0;
     while (h) {
-        gm__block* n = h->r;
+        gm__block* next = h->r;
+        n += h->size;
         h->r = NULL;
-        gm__arena_give(&tm->host, h);
-        h = n;
+        gm__arena_give(&tm->host, h); /* after the size is read: the record may merge into a neighbour */
+        h = next;
     }
+    return n;
 }
 
 /* At the end of a window, whole free chunks past twice the window's peak
@@ -9025,13 +9028,12 @@ static void gm__host_stamp(gm__tier* tm, const gm__tensor* x, gm__block* b) {
 static void gm__host_free(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__block* b = x->host;
     if (!b) return;
-    tm->host_used -= gm__host_size(b);
     if (x->read_ahead && x->host_valid) tm->st.read_ahead_wasted++;
     x->read_ahead = 0;
     x->host = NULL;
     x->host_valid = 0;
     gm__host_stamp(tm, x, b);
-    gm__host_give(tm, b);
+    tm->host_used -= gm__host_give(tm, b);
     gm__host_trim(ctx, tm);
 }
 
@@ -9137,8 +9139,7 @@ static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
     if (!x) {
         if (j->ext) gm__arena_give(&dk->ar, j->ext);
         if (j->hb) {
-            tm->host_jobs -= gm__host_size(j->hb);
-            gm__host_give(tm, j->hb);
+            tm->host_jobs -= gm__host_give(tm, j->hb);
             gm__host_trim(ctx, tm);
         }
         gm__job_free(j);
@@ -9183,8 +9184,7 @@ static void gm__job_apply(gm_context* ctx, gm__tier* tm, gm__job* j) {
             gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) read from disk into the host tier", gm__handle_id(tm, x),
                     x->bytes);
         } else {
-            tm->host_used -= gm__host_size(x->host);
-            gm__host_give(tm, x->host);
+            tm->host_used -= gm__host_give(tm, x->host);
             x->host = NULL;
             gm__log(ctx, j->res == GM_ERR_CHECKSUM ? GM_LOG_ERROR : GM_LOG_WARN, "tier: reading tensor %#x (%zu bytes) "
                     "from disk failed (%s); it stays on disk", gm__handle_id(tm, x), x->bytes,
@@ -9238,9 +9238,10 @@ static void gm__job_detach(gm__tier* tm, gm__tensor* x) {
     j->ext = x->disk;
     j->hb = x->host;
     if (x->host) { /* the pool takes it when the job is applied: after the copies that used it too */
+        size_t n = gm__host_size(x->host);
         gm__host_stamp(tm, x, x->host);
-        tm->host_used -= gm__host_size(x->host);
-        tm->host_jobs += gm__host_size(x->host);
+        tm->host_used -= n;
+        tm->host_jobs += n;
     }
     x->host = NULL;
     x->host_valid = 0;
@@ -9319,8 +9320,7 @@ static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__job* j = gm__job_new(dk, GM__J_READ_MEM, gm__disk_off(dk, x->disk), x->bytes);
     if (!j) {
-        tm->host_used -= gm__host_size(hb);
-        gm__host_give(tm, hb);
+        tm->host_used -= gm__host_give(tm, hb);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     j->mem = (char*)hb->addr;
