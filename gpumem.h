@@ -8958,9 +8958,10 @@ static void gm__host_trim(gm_context* ctx, gm__tier* tm) {
 
 /* `need` bytes of the pool in extents (see gm__host_size), when no free
    piece holds them whole: the largest free pieces first, cut to multiples
-   of host_split, then the rest of the budget as a chunk (only when it is
-   less than need: else the pool tried that chunk, and the system refused
-   it); NULL (nothing taken) when they do not add up. */
+   of host_split, then new chunks from the rest of the budget, as many as
+   the remainder takes (only when the rest is less than need: else the
+   pool tried that chunk, and the system refused it); NULL (nothing taken)
+   when they do not add up. */
 static gm__block* gm__host_scatter(gm_context* ctx, gm__tier* tm, size_t need) {
     gm__arena* a = &tm->host;
     size_t g = tm->host_split, left = need, lim = ctx->desc.host_budget - ctx->desc.host_budget % a->align;
@@ -8978,9 +8979,8 @@ static gm__block* gm__host_scatter(gm_context* ctx, gm__tier* tm, size_t need) {
         if (!take) { /* no piece of a whole multiple: a new chunk of what the budget has left */
             size_t more = lim - tm->host_reserved;
             if (more > GM__HOST_CHUNK) more = GM__HOST_CHUNK;
-            if (!grow || (more < g && more < left) || !gm__host_grow(ctx, tm, more)) break;
-            grow = 0; /* once */
-            continue;
+            if (!grow || !more || (more < g && more < left) || !gm__host_grow(ctx, tm, more)) break;
+            continue; /* each chunk added is taken next, or the budget runs out: the loop ends */
         }
         f = gm__arena_take(a, f, take, a->align);
         f->requested = take;

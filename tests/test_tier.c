@@ -195,8 +195,6 @@ static void test_full_and_alloc_evicts(void) {
     T_OK(gm_shutdown(ctx));
 }
 
-/* A swap whose copy fails part way: the chunks already traded are traded
-   back, the acquire says what failed, and both tensors read as before. */
 /* A host copy in pieces: with every chunk of the host pool holding a
    tensor and a hole none fits whole, a tensor leaves the device into
    extents of several chunks (before, it could not leave: the host tier
@@ -261,6 +259,43 @@ static void test_host_pieces(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A host copy in pieces that needs more new chunks than one: three 45 MiB
+   tensors fill three 64 MiB chunks of a 320 MiB host tier, and a 150 MiB
+   tensor takes the three 19 MiB tails and two new chunks (64 + 29 MiB of
+   the 128 left). Before, the pool grew one chunk at most, the eviction
+   failed with the budget's room unused, and its chunk stayed reserved. */
+static void test_host_pieces_grow(void) {
+    enum { N = 45, BIG = 150 };
+    gm_context* ctx = tier_ctx(160 * MiB, 320 * MiB, GM_FALLBACK_FAIL);
+    gm_tensor t[4];
+    gm_tier_stats ts;
+    int i;
+    for (i = 0; i < 3; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], N * MiB));
+        fill(ctx, t[i], N * MiB, 60u + (unsigned)i, NULL);
+        T_OK(gm_tensor_evict(ctx, t[i]));
+    }
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.host_reserved, 192 * (int64_t)MiB);
+    T_OK(gm_tensor_create(ctx, &t[3], BIG * MiB));
+    fill(ctx, t[3], BIG * MiB, 63, NULL);
+    T_OK(gm_tensor_evict(ctx, t[3]));
+    T_EQ(where(ctx, t[3]), GM_TIER_HOST);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_EQ(ts.host_scattered, 1);
+    T_EQ(ts.host_reserved, 320 * (int64_t)MiB);
+    T_EQ(ts.host_bytes, 3 * (int64_t)(N * MiB) + BIG * (int64_t)MiB);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, t[3], BIG * MiB, 63, NULL);
+    for (i = 0; i < 3; i++) verify(ctx, t[i], N * MiB, 60u + (unsigned)i, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 4; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A swap whose copy fails part way: the chunks already traded are traded
+   back, the acquire says what failed, and both tensors read as before. */
 static void test_swap_fails(void) {
     gm_context* ctx = tier_ctx(24 * MiB, 24 * MiB, GM_FALLBACK_DEFAULT);
     const size_t n = 10 * MiB + 4096;
@@ -1672,6 +1707,7 @@ int main(int argc, char** argv) {
     test_full_and_alloc_evicts();
     test_swap_fails();
     test_host_pieces();
+    test_host_pieces_grow();
     test_managed_fallback();
     test_priority_and_pinning();
     test_fallback_hook();
