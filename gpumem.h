@@ -8995,10 +8995,20 @@ static gm__block* gm__host_scatter(gm_context* ctx, gm__tier* tm, size_t need) {
     return head;
 }
 
+/* The bytes a host copy of `bytes` takes: whole pages, and with a disk
+   tier whole units of the spill file's direct-I/O alignment, since a
+   copy's last chunk goes to and from the file rounded up to it (a file
+   system may ask for more than a page). */
+static size_t gm__host_need(const gm_context* ctx, size_t bytes) {
+    size_t u = GM__HOST_PAGE, al = ctx->disk ? ((const gm__disk*)ctx->disk)->align : 0;
+    while (al > GM__HOST_PAGE && u % al) u += GM__HOST_PAGE; /* al is at most 1 MiB (setup) */
+    return gm__round_up(bytes ? bytes : 1, u);
+}
+
 /* A host copy of `bytes` (its first writer orders itself after its ord,
    gm__host_order), or NULL when the pool is full. */
 static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
-    size_t need = gm__round_up(bytes ? bytes : 1, GM__HOST_PAGE);
+    size_t need = gm__host_need(ctx, bytes);
     gm__block* b = gm__pool_take(ctx, &tm->host, &tm->host_reserved, ctx->desc.host_budget, GM__HOST_CHUNK, need,
                                  gm__host_grow, tm);
     if (b) b->requested = need;
@@ -9632,7 +9642,7 @@ static int gm__goes_around(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
    except itself should go to disk instead (gm__goes_around). */
 static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except, int around) {
     gm__block* b;
-    if (gm__round_up(bytes ? bytes : 1, 4096) > ctx->desc.host_budget) return NULL;
+    if (gm__host_need(ctx, bytes) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
         gm__tensor* v;
         if (around && gm__goes_around(ctx, tm, except)) return NULL;
@@ -9760,7 +9770,7 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
 static int gm__read_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, uint64_t after) {
     gm__block* hb;
     if (!ctx->disk || x->job || x->host || !x->disk_valid || x->blank || x->dev || x->managed ||
-        gm__round_up(x->bytes, 4096) > ctx->desc.host_budget)
+        gm__host_need(ctx, x->bytes) > ctx->desc.host_budget)
         return 0;
     while ((hb = gm__host_alloc(ctx, tm, x->bytes)) == NULL) {
         gm__tensor* v = gm__host_victim(tm, x, 0, after);
