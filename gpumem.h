@@ -12345,6 +12345,32 @@ static const char* gm__job_name(int kind) {
                                      : "a read into the device copy";
 }
 
+/* A host copy's extents (a tensor's, or a disk job's it was left to):
+   each a block in use of the host pool, every one but the last a multiple
+   of host_split, together at least `bytes`; the walk ends at a cycle.
+   Returns the bytes they take from the pool. */
+static size_t gm__check_host_chain(gm__ck* ck, const gm__tier* tm, const gm__block* e, const char* what, uint64_t id,
+                                   size_t bytes) {
+    size_t held = 0, logical = 0, ne = 0;
+    for (; e && ne++ <= tm->host_reserved / tm->host.align; e = e->r) {
+        held += e->size;
+        logical += e->requested;
+        if (e->state != GM__USED || e->requested > e->size || !gm__arena_seg_of(&tm->host, e->addr))
+            gm__broken(ck, "%s %#llx: host copy extent %zu (%zu of %zu bytes) is not a block in use of the host pool",
+                       what, (unsigned long long)id, ne - 1, (size_t)e->requested, e->size);
+        if (e->r && (!tm->host_split || e->requested % tm->host_split))
+            gm__broken(ck, "%s %#llx: host copy extent %zu holds %zu bytes, not a multiple of %zu", what,
+                       (unsigned long long)id, ne - 1, (size_t)e->requested, tm->host_split);
+    }
+    if (e)
+        gm__broken(ck, "%s %#llx: host copy of more extents than the pool has pages (a cycle)", what,
+                   (unsigned long long)id);
+    if (logical < bytes)
+        gm__broken(ck, "%s %#llx: host copy holds %zu bytes in %zu extents for %zu", what, (unsigned long long)id,
+                   logical, ne, bytes);
+    return held;
+}
+
 static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
     gm__tier* tm = gm__tier_of(ctx);
     gm__tensor* x;
@@ -12573,7 +12599,7 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                 for (j = pass ? dk->done : dk->jobs; j; j = j->next) {
                     if (j->ti != UINT32_MAX) continue;
                     if (j->ext) job_ext_n++, job_ext_b += (int64_t)j->ext->size;
-                    if (j->hb) job_host += gm__host_size(j->hb);
+                    if (j->hb) job_host += gm__check_host_chain(ck, tm, j->hb, "disk job at", j->off, 0);
                 }
             pthread_mutex_unlock(&dk->mu);
         }
@@ -12587,25 +12613,10 @@ static void gm__tier_check(gm_context* ctx, gm__ck* ck) {
                     gm__broken(ck, "host pool: block at offset %lld of segment %zu (%#lx) waits for a mark never made",
                                (long long)(b->addr - sg->base), si, (unsigned long)sg->base);
         }
-        for (i = 0; i < tm->n; i++) { /* each host copy's extents (the walk ends at a cycle) */
-            const gm__tensor* hx = &tm->t[i];
-            const gm__block* e;
-            size_t logical = 0, ne = 0;
-            if (!hx->live || !hx->host) continue;
-            for (e = hx->host; e && ne++ <= tm->host_reserved / tm->host.align; e = e->r) {
-                held += e->size;
-                logical += e->requested;
-                if (e->state != GM__USED || e->requested > e->size || !gm__arena_seg_of(&tm->host, e->addr))
-                    gm__broken(ck, "tensor %#x: host copy extent %zu (%zu of %zu bytes) is not a block in use of the "
-                               "host pool", gm__handle_id(tm, hx), ne - 1, (size_t)e->requested, e->size);
-                if (e->r && (!tm->host_split || e->requested % tm->host_split))
-                    gm__broken(ck, "tensor %#x: host copy extent %zu holds %zu bytes, not a multiple of %zu",
-                               gm__handle_id(tm, hx), ne - 1, (size_t)e->requested, tm->host_split);
-            }
-            if (logical < hx->bytes)
-                gm__broken(ck, "tensor %#x: host copy holds %zu bytes in %zu extents for %zu", gm__handle_id(tm, hx),
-                           logical, ne, hx->bytes);
-        }
+        for (i = 0; i < tm->n; i++) /* each host copy's extents */
+            if (tm->t[i].live && tm->t[i].host)
+                held += gm__check_host_chain(ck, tm, tm->t[i].host, "tensor", gm__handle_id(tm, &tm->t[i]),
+                                             tm->t[i].bytes);
         if ((size_t)ub != tm->host_used + tm->host_jobs)
             gm__broken(ck, "host pool: blocks in use sum to %lld, counted %zu for tensors and %zu for disk jobs",
                        (long long)ub, tm->host_used, tm->host_jobs);

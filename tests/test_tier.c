@@ -219,6 +219,15 @@ static void test_host_pieces(void) {
     T_OK(gm_tier_get_stats(ctx, &ts));
     T_EQ(ts.host_scattered, 1);
     T_EQ(ts.host_reserved, 192 * (int64_t)MiB);
+    { /* a chain made a cycle: gm_check says so, and ends */
+        gm__block *first = gm__tensor_get(ctx, t[3])->host, *last = first;
+        T_CHECK(first && first->r);
+        while (last->r) last = last->r;
+        last->r = first;
+        T_CHECK(gm_check(ctx) != 0);
+        last->r = NULL;
+        T_EQ(gm_check(ctx), 0);
+    }
     verify(ctx, t[3], N * MiB + 5, 43, NULL); /* in from the pieces */
     fill(ctx, t[3], N * MiB + 5, 53, NULL);   /* written: the pieces go; out into new ones */
     if (t_sim) { /* the second piece's copy fails: the tensor stays on the device, the pieces go back */
