@@ -7358,6 +7358,8 @@ struct gm__job {
     int own;
     const gm__block* hx;    /* MEM kinds with a host copy of the tier: its extents (mem is the first;
                                gm__host_size), whose chunks the engine finds with gm__job_mem */
+    const gm__block* hcur;  /* the engine's: the extent of hx gm__job_mem found last (NULL: none yet), */
+    size_t hcur_at;         /* and the offset in the copy where it starts */
 };
 
 typedef struct gm__dslot {
@@ -7729,10 +7731,23 @@ static int gm__slot_free(const gm__disk* dk) {
 /* Room in the I/O queue for one more. */
 static int gm__dio_room(const gm__disk* dk) { return dk->inflight < dk->depth; }
 
-static char* gm__host_at(const gm__block* h, size_t off); /* >>tier */
+static const gm__block* gm__host_seek(const gm__block* h, size_t* at, size_t* off); /* >>tier */
 
 /* A MEM job's memory at byte `at` (the start of a chunk: in one extent). */
-static char* gm__job_mem(const gm__job* j, size_t at) { return j->hx ? gm__host_at(j->hx, at) : j->mem + at; }
+/* The memory of the job's byte `at`: its chunks are asked for in order,
+   so the walk of a host copy's extents goes on from the last one found
+   (a copy in many pieces costs a step per piece, not per piece per chunk). */
+static char* gm__job_mem(gm__job* j, size_t at) {
+    size_t off;
+    if (!j->hx) return j->mem + at;
+    if (!j->hcur || at < j->hcur_at) {
+        j->hcur = j->hx;
+        j->hcur_at = 0;
+    }
+    off = at - j->hcur_at;
+    j->hcur = gm__host_seek(j->hcur, &j->hcur_at, &off);
+    return (char*)j->hcur->addr + off;
+}
 
 static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uint64_t off, size_t len) {
     sl->job = j;
@@ -8859,24 +8874,27 @@ static size_t gm__host_cap(const gm__block* h) {
     return n;
 }
 
-/* The extent holding byte `*off` of host copy h; *off becomes the offset in it. */
-static const gm__block* gm__host_ext(const gm__block* h, size_t* off) {
+/* From extent h of a host copy, which starts at byte *at of it: the
+   extent holding the byte *off bytes past h's start; *at becomes where
+   that one starts, *off the offset in it. */
+static const gm__block* gm__host_seek(const gm__block* h, size_t* at, size_t* off) {
     while (h->r && *off >= h->requested) {
         *off -= h->requested;
+        *at += h->requested;
         h = h->r;
     }
     return h;
 }
 
-static char* gm__host_at(const gm__block* h, size_t off) {
-    h = gm__host_ext(h, &off);
-    return (char*)h->addr + off;
-}
-
-/* The bytes from `off` to the end of its extent, at most `most`. */
-static size_t gm__host_run(const gm__block* h, size_t off, size_t most) {
-    h = gm__host_ext(h, &off);
-    return off < h->requested && h->requested - off < most ? h->requested - off : most;
+/* Byte `off` of a host copy, for a walk in order: *e is an extent of it
+   that starts at byte *at (the copy's first and 0 to begin), moved on to
+   the one holding `off`; *run becomes the bytes from there to that
+   extent's end (past the copy's end: `most`), at most `most`. */
+static char* gm__host_span(const gm__block** e, size_t* at, size_t off, size_t most, size_t* run) {
+    size_t in = off - *at;
+    *e = gm__host_seek(*e, at, &in);
+    *run = in < (*e)->requested && (*e)->requested - in < most ? (*e)->requested - in : most;
+    return (char*)(*e)->addr + in;
 }
 
 /* A copy of `bytes` between device (or managed) memory dev and host copy
@@ -10830,8 +10848,9 @@ static void gm__swap_handover(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm__
 
 static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank) {
     gm__tensor* v;
+    const gm__block* e;
     char* dev;
-    size_t off, done, step = GM__SWAP_CHUNK;
+    size_t off, done, at, step = GM__SWAP_CHUNK;
     gm_result r = GM_OK;
     if (x->job || !x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY; /* the caller waits
                                                                                                   for x's I/O */
@@ -10842,22 +10861,22 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     gm__tk_sync(ctx, tm, GM__TK_IN, gm__host_ord(x->host, 0));
     gm__tk_sync(ctx, tm, GM__TK_OUT, gm__host_ord(x->host, 1));
     dev = (char*)v->dev;
-    for (off = 0; off < v->bytes || off < x->bytes; off += step) {
+    for (e = x->host, at = 0, off = 0; off < v->bytes || off < x->bytes; off += step) {
         size_t out, in;
-        step = gm__host_run(x->host, off, GM__SWAP_CHUNK);
+        char* h = gm__host_span(&e, &at, off, GM__SWAP_CHUNK, &step);
         out = gm__swap_part(v->bytes, v->blank, off, step);
         in = gm__swap_part(x->bytes, blank, off, step);
-        r = gm__swap_chunk(ctx, tm, dev + off, gm__host_at(x->host, off), out, in);
+        r = gm__swap_chunk(ctx, tm, dev + off, h, out, in);
         if (r != GM_OK) break;
     }
     if (r != GM_OK) {
         gm_result u = GM_OK;
-        for (done = 0; done < off && u == GM_OK; done += step) { /* trade the traded chunks back */
+        for (e = x->host, at = 0, done = 0; done < off && u == GM_OK; done += step) { /* trade the traded chunks back */
             size_t out, in;
-            step = gm__host_run(x->host, done, GM__SWAP_CHUNK);
+            char* h = gm__host_span(&e, &at, done, GM__SWAP_CHUNK, &step);
             out = gm__swap_part(v->bytes, v->blank, done, step);
             in = gm__swap_part(x->bytes, blank, done, step);
-            u = gm__swap_chunk(ctx, tm, dev + done, gm__host_at(x->host, done), in, out);
+            u = gm__swap_chunk(ctx, tm, dev + done, h, in, out);
         }
         if (u != GM_OK)
             gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x failed twice (%s); their bytes are mixed",
