@@ -10068,6 +10068,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
     uint64_t best_next = 0;
     uint32_t k, n = 0;
     int planned = GM__PLANNED(tm), top;
+    size_t below = !swap ? 0 : swap->host ? gm__host_cap(swap->host) : swap->disk->size; /* a swap's room below */
     if (planned && !clean_only && !swap && (top = gm__vh_top(tm, &x, &best_next)) != 0) {
         if (top == 2) { /* LRU order for now; a prefetch, which may evict only what is used after it, waits */
             if (tm->evict_after) return NULL;
@@ -10082,8 +10083,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
         uint64_t nu;
         x = GM__LRU(tm, k);
         if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
-        if (swap && (x->job || x->host || x->prefetched == 2 ||
-                     x->bytes > (swap->host ? gm__host_cap(swap->host) : swap->disk->size) ||
+        if (swap && (x->job || x->host || x->prefetched == 2 || x->bytes > below ||
                      (!swap->host && x->disk_valid) || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
             continue; /* a swap's: it fits x's room below, x fits its device memory, and it has no copy below */
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
