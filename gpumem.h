@@ -7733,10 +7733,10 @@ static int gm__dio_room(const gm__disk* dk) { return dk->inflight < dk->depth; }
 
 static const gm__block* gm__host_seek(const gm__block* h, size_t* at, size_t* off); /* >>tier */
 
-/* A MEM job's memory at byte `at` (the start of a chunk: in one extent). */
-/* The memory of the job's byte `at`: its chunks are asked for in order,
-   so the walk of a host copy's extents goes on from the last one found
-   (a copy in many pieces costs a step per piece, not per piece per chunk). */
+/* A MEM job's memory at byte `at` (the start of a chunk: in one extent).
+   Its chunks are asked for in order, so the walk of a host copy's extents
+   goes on from the last one found: a copy in many pieces costs a step per
+   piece, not one per piece for every chunk. */
 static char* gm__job_mem(gm__job* j, size_t at) {
     size_t off;
     if (!j->hx) return j->mem + at;
