@@ -191,7 +191,9 @@
       - reserved with fallocate 256 MiB at a time up to desc.disk_budget
         (default: the free space at setup), so a full disk shows as
         GM_ERR_DISK_FULL before any write, and the allocator's OOM path
-        follows when every tier is full;
+        follows when every tier is full (a file system without fallocate,
+        such as NFS, grows it unreserved, with a warning: a full disk
+        then shows as a write that fails with GM_ERR_DISK_FULL);
       - cut into extents by the same arena as the device and host pools,
         aligned to the file system's direct-I/O alignment (4 KiB or more).
     A transfer is cut into chunks (disk_chunk, 1 MiB) through pinned
@@ -7301,7 +7303,8 @@ static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
    - extents come from an arena whose addresses are file offsets plus
      `align` (so none is 0), every extent and offset a multiple of the
      direct-I/O alignment; the arena's segments are exactly the file space
-     reserved with fallocate, `reserved` bytes, never above `budget`; the
+     reserved with fallocate (or grown by ftruncate where the file system
+     has no fallocate: sparse), `reserved` bytes, never above `budget`; the
      arena is the manager's (under its lock), never the engine's;
    - a job's memory and extent stay its own until it is applied: nothing
      else reads or writes them meanwhile;
@@ -7392,6 +7395,7 @@ typedef struct gm__disk {
     int* pend;              /* pread/pwrite: completions not yet reaped, a ring */
     int npend, pend_head;
     int broken;             /* the ring failed: no more transfers */
+    int sparse;             /* the file system cannot reserve (no fallocate): the file grows by ftruncate */
     /* the engine */
     pthread_t th;
     int running, stop;
@@ -7569,6 +7573,10 @@ static void gm__dio_account(gm__disk* dk) {
     dk->t_inflight = now;
 }
 
+/* The data of a request a failed submit left in the ring, made a no-op:
+   its completion belongs to no slot. */
+#define GM__DIO_NOP UINTPTR_MAX
+
 static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
     gm__dslot* sl = &dk->slot[k];
     size_t len = sl->len - sl->done;
@@ -7596,7 +7604,10 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
         io_uring_sqe_set_data(sqe, (void*)(uintptr_t)k);
         do e = io_uring_submit(&dk->ring);
         while (e == -EINTR || e == -EAGAIN);
-        if (e < 0) {
+        if (e < 0) { /* the request stays in the ring, and a later submit would send it: it becomes a no-op
+                        whose completion is passed over, so the slot is free to go again at once */
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data(sqe, (void*)GM__DIO_NOP);
             dk->inflight--;
             gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_submit: %s", strerror(-e));
             return GM_ERR_IO;
@@ -7644,7 +7655,7 @@ static void gm__dio_wait(gm__disk* dk, int nowait, unsigned timeout_us, int* k, 
             *k = -2;
             return;
         }
-        *k = (int)(uintptr_t)io_uring_cqe_get_data(cqe);
+        *k = (uintptr_t)io_uring_cqe_get_data(cqe) == GM__DIO_NOP ? -1 : (int)(uintptr_t)io_uring_cqe_get_data(cqe);
         *res = cqe->res;
         io_uring_cqe_seen(&dk->ring, cqe);
         return;
@@ -7693,9 +7704,17 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
     if (res >= 0 && gm__disk_fault(dk, sl->write ? GM_SIM_FAULT_DISK_WRITE : GM_SIM_FAULT_DISK_READ, sl->len)) res = -EIO;
     if (res >= 0 && sl->write && gm__disk_fault(dk, GM_SIM_FAULT_DISK_FULL, sl->len)) res = -ENOSPC;
     if (res > 0 && sl->done + (size_t)res < sl->len && j->res == GM_OK) {
-        sl->done += (size_t)res;
-        if (gm__dio_submit(ctx, dk, k) == GM_OK) return;
-        res = -EIO;
+        /* the rest goes again; with O_DIRECT from the last whole unit of the alignment (the bytes
+           before it again: the same bytes), and a disk that moves less than one unit makes no progress */
+        size_t done = sl->done + (size_t)res;
+        if (dk->direct) done -= done % dk->align;
+        if (done > sl->done) {
+            sl->done = done;
+            if (gm__dio_submit(ctx, dk, k) == GM_OK) return;
+            res = -EIO;
+        } else {
+            res = 0;
+        }
     }
     if (res <= 0) {
         if (j->res == GM_OK)
@@ -8302,11 +8321,22 @@ static gm_result gm__disk_open(gm_context* ctx) {
 }
 
 /* The file grows by fallocate: the space is really reserved, so a full
-   file system shows here and not in the middle of a write. */
+   file system shows here and not in the middle of a write. A file system
+   without it (EOPNOTSUPP) gets a file grown by ftruncate instead. */
 static int gm__disk_grow(gm_context* ctx, void* owner, size_t bytes) {
     gm__disk* dk = (gm__disk*)owner;
-    if (fallocate(dk->fd, 0, (off_t)dk->reserved, (off_t)bytes) != 0) {
-        gm__log(ctx, GM_LOG_WARN, "disk: cannot reserve %zu more bytes of spill file in %s: %s", bytes, ctx->disk_dir,
+    if (!dk->sparse && fallocate(dk->fd, 0, (off_t)dk->reserved, (off_t)bytes) != 0) {
+        if (errno != EOPNOTSUPP && errno != ENOSYS) {
+            gm__log(ctx, GM_LOG_WARN, "disk: cannot reserve %zu more bytes of spill file in %s: %s", bytes,
+                    ctx->disk_dir, strerror(errno));
+            return 0;
+        }
+        dk->sparse = 1; /* NFS, some FUSE and older ZFS: the file grows all the same, unreserved */
+        gm__log(ctx, GM_LOG_WARN, "disk: %s cannot reserve room for the spill file (fallocate: %s): it grows "
+                "without, and a full disk shows as a failed write (GM_ERR_DISK_FULL)", ctx->disk_dir, strerror(errno));
+    }
+    if (dk->sparse && ftruncate(dk->fd, (off_t)(dk->reserved + bytes)) != 0) {
+        gm__log(ctx, GM_LOG_WARN, "disk: cannot grow the spill file in %s by %zu bytes: %s", ctx->disk_dir, bytes,
                 strerror(errno));
         return 0;
     }

@@ -1,0 +1,264 @@
+/* test_adverse: a disk that misbehaves below the disk tier. This program
+   defines pwrite, pread, fallocate and (with io_uring) io_uring_submit
+   itself, so the library's calls reach them first; each passes the call on
+   to the real one unless a case says otherwise:
+   - a file system without fallocate (EOPNOTSUPP, as NFS): the spill file
+     grows unreserved, and tensors go to disk and come back;
+   - writes and reads that move fewer bytes than asked, and not whole units
+     of the direct-I/O alignment: the rest goes again from the last whole
+     unit (an unaligned offset is refused by O_DIRECT);
+   - a disk that moves nothing, or less than a unit each time: the job
+     fails (no progress), the tensor stays where it was;
+   - io_uring_submit failing once: the request it left in the ring is
+     never run against a slot that went on to other I/O.
+   Every tensor's bytes are checked after each case, with gm_check. */
+#define _GNU_SOURCE
+#include "gm_tier_test.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* What the calls below do to the spill file: 0 nothing, else one of these. */
+enum { A_NONE, A_HALF_PLUS, A_ZERO, A_TINY, A_NOSUP };
+static volatile int atk_write, atk_read, atk_falloc, atk_submit;
+static long n_write, n_read;
+
+static void* real_fn(const char* name) {
+    void* f = dlsym(RTLD_NEXT, name);
+    if (!f) {
+        fprintf(stderr, "test_adverse: no %s below this program\n", name);
+        abort();
+    }
+    return f;
+}
+
+/* n bytes asked; the real call made first (it moves them all), then what
+   the attack says it moved */
+static ssize_t attacked(int atk, ssize_t got, size_t n) {
+    if (got < 0 || atk == A_NONE) return got;
+    if (atk == A_HALF_PLUS) return n > 8192 ? (ssize_t)(n / 2 + 1) : got; /* not a whole unit; at the end all */
+    if (atk == A_ZERO) return 0;
+    if (atk == A_TINY) return n > 100 ? 100 : got;
+    return got;
+}
+
+ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
+    static ssize_t (*real)(int, const void*, size_t, off_t);
+    if (!real) {
+        void* f = real_fn("pwrite");
+        memcpy(&real, &f, sizeof real);
+    }
+    __atomic_add_fetch(&n_write, 1, __ATOMIC_RELAXED);
+    return attacked(atk_write, real(fd, buf, n, off), n);
+}
+
+ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+    static ssize_t (*real)(int, void*, size_t, off_t);
+    if (!real) {
+        void* f = real_fn("pread");
+        memcpy(&real, &f, sizeof real);
+    }
+    __atomic_add_fetch(&n_read, 1, __ATOMIC_RELAXED);
+    return attacked(atk_read, real(fd, buf, n, off), n);
+}
+
+int fallocate(int fd, int mode, off_t off, off_t len) {
+    static int (*real)(int, int, off_t, off_t);
+    if (!real) {
+        void* f = real_fn("fallocate");
+        memcpy(&real, &f, sizeof real);
+    }
+    if (atk_falloc == A_NOSUP) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    return real(fd, mode, off, len);
+}
+
+#ifdef GPUMEM_URING
+int io_uring_submit(struct io_uring* ring) {
+    static int (*real)(struct io_uring*);
+    if (!real) {
+        void* f = real_fn("io_uring_submit");
+        memcpy(&real, &f, sizeof real);
+    }
+    if (atk_submit > 0 && --atk_submit == 0) return -EBUSY; /* this one fails: its request stays in the ring */
+    return real(ring);
+}
+#endif
+
+static char dir[512];
+
+static gm_context* adverse_ctx(gm_disk_io io, size_t chunk) {
+    gm_desc d = t_desc();
+    d.device_budget = 16 * MiB;
+    d.host_budget = 8 * MiB;
+    d.disk_dir = dir;
+    d.disk_io = io;
+    d.disk_chunk = chunk;
+    return t_setup(d);
+}
+
+/* Whether the spill file is O_DIRECT (the rounding cases are about it). */
+static int direct(gm_context* ctx) { return ((gm__disk*)ctx->disk)->direct; }
+
+/* A file system without fallocate. Before, every extent failed as a full
+   disk (GM_ERR_DISK_FULL) and the disk tier was dead. */
+static void test_no_fallocate(gm_disk_io io) {
+    gm_context* ctx;
+    gm_tensor a, b;
+    gm_tier_stats ts;
+    const size_t n = 3 * MiB + 77;
+    atk_falloc = A_NOSUP;
+    ctx = adverse_ctx(io, 0);
+    if (!ctx) {
+        atk_falloc = A_NONE;
+        return;
+    }
+    T_OK(gm_tensor_create(ctx, &a, n));
+    T_OK(gm_tensor_create(ctx, &b, n));
+    fill(ctx, a, n, 11, NULL);
+    fill(ctx, b, n, 12, NULL);
+    t_log_count = 0;
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_CHECK(strstr(t_last_log, "cannot reserve room") != NULL || t_log_count > 0);
+    T_OK(gm_tensor_evict_to(ctx, b, GM_TIER_DISK));
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.disk_reserved >= (int64_t)(2 * n));
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, 11, NULL);
+    verify(ctx, b, n, 12, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_tensor_destroy(ctx, b));
+    T_OK(gm_shutdown(ctx));
+    atk_falloc = A_NONE;
+}
+
+/* pwrite and pread say they moved just over half of what was asked (not
+   a whole unit of the alignment), down to the last 8 KiB. Before, the rest went again at an
+   unaligned offset, which O_DIRECT refuses: the write and the read failed. */
+static void test_short_unaligned(void) {
+    gm_context* ctx = adverse_ctx(GM_DISK_IO_PREAD, 0);
+    gm_tensor a;
+    void* p;
+    const size_t n = 5 * MiB + 123;
+    if (!ctx) return;
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 21, NULL);
+    atk_write = A_HALF_PLUS;
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    atk_write = A_NONE;
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_EQ(gm_check(ctx), 0);
+    atk_read = A_HALF_PLUS;
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p));
+    atk_read = A_NONE;
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, 21, NULL);
+    T_EQ(errors_now(ctx), 0);
+    if (!direct(ctx)) printf("note: the spill file is not O_DIRECT here: the unaligned case ran buffered\n");
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* A disk that moves nothing, or 100 bytes at a time (under O_DIRECT, no
+   whole unit: no progress either): the write fails as an I/O error, the
+   tensor stays on the device; the read fails, it stays on disk. */
+static void test_no_progress(int atk) {
+    gm_context* ctx = adverse_ctx(GM_DISK_IO_PREAD, 0);
+    gm_tensor a;
+    gm_tier_stats ts;
+    void* p;
+    const size_t n = 2 * MiB + 5;
+    long w0;
+    if (!ctx) return;
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 31, NULL);
+    atk_write = atk;
+    w0 = n_write;
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_IO);
+    atk_write = A_NONE;
+    T_CHECK(n_write - w0 < 64); /* it gave up, it did not spin */
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, 31, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    if (atk == A_ZERO || direct(ctx)) {
+        atk_read = atk;
+        T_EQ(gm_tensor_acquire(ctx, a, NULL, &p), GM_ERR_IO);
+        atk_read = A_NONE;
+        T_EQ(where(ctx, a), GM_TIER_DISK);
+        T_EQ(gm_check(ctx), 0);
+    }
+    verify(ctx, a, n, 31, NULL);
+    T_OK(gm_tier_get_stats(ctx, &ts));
+    T_CHECK(ts.disk_errors > 0);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
+/* io_uring_submit fails for one request (EBUSY): that chunk fails, and the
+   request stays in the ring, sent by the next submit. Before, it was then
+   run for a slot already given to other I/O (its completion met a slot
+   with no job: a crash, or a read landing in memory given back). Now it is
+   a no-op by then. A few jobs after it, every byte checks. */
+static void test_submit_fails(void) {
+#ifdef GPUMEM_URING
+    gm_context* ctx = adverse_ctx(GM_DISK_IO_URING, 256 * KiB);
+    gm_tensor t[6];
+    const size_t n = 3 * MiB + 9;
+    int i, k;
+    if (!ctx) return;
+    if (!((gm__disk*)ctx->disk)->uring) {
+        printf("note: io_uring is not available here: the submit case did not run\n");
+        T_OK(gm_shutdown(ctx));
+        return;
+    }
+    for (i = 0; i < 6; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], n));
+        fill(ctx, t[i], n, 40u + (unsigned)i, NULL);
+    }
+    for (k = 2; k <= 6; k += 2) { /* the k-th submit from here fails */
+        gm_tier was = where(ctx, t[k / 2 - 1]);
+        gm_result r;
+        atk_submit = k;
+        r = gm_tensor_evict_to(ctx, t[k / 2 - 1], GM_TIER_DISK);
+        atk_submit = 0;
+        T_CHECK(r == GM_OK || r == GM_ERR_IO);
+        T_EQ(where(ctx, t[k / 2 - 1]), r == GM_OK ? GM_TIER_DISK : was); /* a failed write: where it was */
+        T_EQ(gm_check(ctx), 0);
+        for (i = 3; i < 6; i++) T_OK(gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK)); /* more I/O through the ring */
+        for (i = 0; i < 6; i++) verify(ctx, t[i], n, 40u + (unsigned)i, NULL);
+        T_EQ(gm_check(ctx), 0);
+    }
+    T_EQ(errors_now(ctx), 0);
+    for (i = 0; i < 6; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+#endif
+}
+
+int main(void) {
+    const char* base = getenv("GM_TEST_DISK_DIR");
+    (void)t_walk; /* the shared walk is for the other suites */
+    snprintf(dir, sizeof dir, "%s/gpumem-adverse-XXXXXX", base && *base ? base : "/var/tmp");
+    if (!mkdtemp(dir)) {
+        printf("note: cannot make a directory for the spill file (%s): skipped\n", strerror(errno));
+        return t_done();
+    }
+    test_no_fallocate(GM_DISK_IO_PREAD);
+    test_no_fallocate(GM_DISK_IO_DEFAULT);
+    test_short_unaligned();
+    test_no_progress(A_ZERO);
+    test_no_progress(A_TINY);
+    test_submit_fails();
+    rmdir(dir);
+    return t_done();
+}
