@@ -7457,10 +7457,20 @@ static int gm__disk_create(gm_context* ctx, const char* dir, int flags) {
             return -1;
         }
         old = umask(077);
-        fd = mkostemp(path, O_CLOEXEC | flags);
+        fd = mkostemp(path, O_CLOEXEC); /* the flags after the unlink: a file system that refuses one
+                                           (O_DIRECT) would refuse it once the file exists, leaving it */
         umask(old);
         if (fd < 0) return -1;
         unlink(path);
+        if (flags) {
+            int fl = fcntl(fd, F_GETFL);
+            if (fl < 0 || fcntl(fd, F_SETFL, fl | flags) != 0) {
+                int e = errno;
+                close(fd);
+                errno = e;
+                return -1;
+            }
+        }
         gm__log(ctx, GM_LOG_INFO, "disk: %s has no O_TMPFILE: a named file was created and unlinked", dir);
     }
     return fd;

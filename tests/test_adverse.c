@@ -1,6 +1,6 @@
 /* test_adverse: a disk that misbehaves below the disk tier. This program
-   defines pwrite, pread, fallocate and (with io_uring) io_uring_submit
-   itself, so the library's calls reach them first; each passes the call on
+   defines pwrite, pread, fallocate, open, fcntl and (with io_uring)
+   io_uring_submit itself, so the library's calls reach them first; each passes the call on
    to the real one unless a case says otherwise:
    - a file system without fallocate (EOPNOTSUPP, as NFS): the spill file
      grows unreserved, and tensors go to disk and come back;
@@ -10,19 +10,23 @@
    - a disk that moves nothing, or less than a unit each time: the job
      fails (no progress), the tensor stays where it was;
    - io_uring_submit failing once: the request it left in the ring is
-     never run against a slot that went on to other I/O.
+     never run against a slot that went on to other I/O;
+   - a file system without O_TMPFILE that refuses O_DIRECT (open and fcntl
+     defined here too): nothing is left in the directory.
    Every tensor's bytes are checked after each case, with gm_check. */
 #define _GNU_SOURCE
 #include "gm_tier_test.h"
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* What the calls below do to the spill file: 0 nothing, else one of these. */
 enum { A_NONE, A_HALF_PLUS, A_ZERO, A_TINY, A_NOSUP };
-static volatile int atk_write, atk_read, atk_falloc, atk_submit;
+static volatile int atk_write, atk_read, atk_falloc, atk_submit, atk_tmpfile, atk_direct, atk_direct_hits;
 static long n_write, n_read;
 
 static void* real_fn(const char* name) {
@@ -75,6 +79,45 @@ int fallocate(int fd, int mode, off_t off, off_t len) {
         return -1;
     }
     return real(fd, mode, off, len);
+}
+
+int open(const char* path, int flags, ...) {
+    static int (*real)(const char*, int, ...);
+    mode_t mode = 0;
+    if (!real) {
+        void* f = real_fn("open");
+        memcpy(&real, &f, sizeof real);
+    }
+    if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    if (atk_tmpfile && (flags & O_TMPFILE) == O_TMPFILE) { /* a file system without O_TMPFILE */
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    return real(path, flags, mode);
+}
+
+int fcntl(int fd, int cmd, ...) {
+    static int (*real)(int, int, ...);
+    va_list ap;
+    long arg;
+    if (!real) {
+        void* f = real_fn("fcntl");
+        memcpy(&real, &f, sizeof real);
+    }
+    va_start(ap, cmd);
+    arg = va_arg(ap, long); /* as glibc's own fcntl reads it, whatever the command */
+    va_end(ap);
+    if (atk_direct && cmd == F_SETFL && (arg & O_DIRECT)) { /* a file system that refuses O_DIRECT */
+        atk_direct_hits++;
+        errno = EINVAL;
+        return -1;
+    }
+    return real(fd, cmd, arg);
 }
 
 #ifdef GPUMEM_URING
@@ -245,6 +288,44 @@ static void test_submit_fails(void) {
 #endif
 }
 
+/* Entries in the spill directory (besides . and ..). */
+static int dir_entries(void) {
+    DIR* d = opendir(dir);
+    struct dirent* e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+}
+
+/* A file system without O_TMPFILE that refuses O_DIRECT: the spill file is
+   a named file, unlinked at once, and used through the page cache; no file
+   is left in the directory. Before, the file was opened with O_DIRECT and
+   the refusal came after it was created, leaving it behind. */
+static void test_no_tmpfile_no_direct(void) {
+    gm_context* ctx;
+    gm_tensor a;
+    const size_t n = MiB + 3;
+    atk_tmpfile = atk_direct = 1;
+    atk_direct_hits = 0;
+    ctx = adverse_ctx(GM_DISK_IO_DEFAULT, 0);
+    atk_tmpfile = atk_direct = 0;
+    if (!ctx) return;
+    T_CHECK(atk_direct_hits > 0);
+    T_EQ(direct(ctx), 0);
+    T_EQ(dir_entries(), 0);
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 51, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    verify(ctx, a, n, 51, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+    T_EQ(dir_entries(), 0);
+}
+
 int main(void) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     (void)t_walk; /* the shared walk is for the other suites */
@@ -259,6 +340,7 @@ int main(void) {
     test_no_progress(A_ZERO);
     test_no_progress(A_TINY);
     test_submit_fails();
+    test_no_tmpfile_no_direct();
     rmdir(dir);
     return t_done();
 }
