@@ -64,6 +64,10 @@ $(B)/sim/%: tests/%.c gpumem.h tests/gm_test.h tests/gm_tier_test.h tools/gm_tra
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) $(CFLAGS) $(URING) -I. $< -o $@ $(LDLIBS)
 
+# test_adverse reaches the C library's own calls through dlsym (in libdl
+# before glibc 2.34).
+$(B)/sim/test_adverse $(B)/cuda/test_adverse: LDLIBS += -ldl
+
 FUZZ_DEPS := tests/fuzz/fuzz.h tests/fuzz/fuzz_trace.h gpumem.h tools/gm_trace.h tools/gm_replay.h tools/gm_snapshot.h
 $(B)/sim/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
