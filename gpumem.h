@@ -7665,7 +7665,10 @@ static void gm__dio_wait(gm__disk* dk, int nowait, unsigned timeout_us, int* k, 
             *k = -2;
             return;
         }
-        *k = (uintptr_t)io_uring_cqe_get_data(cqe) == GM__DIO_NOP ? -1 : (int)(uintptr_t)io_uring_cqe_get_data(cqe);
+        {
+            uintptr_t data = (uintptr_t)io_uring_cqe_get_data(cqe);
+            *k = data == GM__DIO_NOP ? -1 : (int)data;
+        }
         *res = cqe->res;
         io_uring_cqe_seen(&dk->ring, cqe);
         return;
