@@ -1200,7 +1200,6 @@ struct gm__block {
     uint32_t prio;          /* treap priority */
     uint8_t state;
     uint8_t owner;          /* USED: who holds it (GM__OWN_*) */
-    uint8_t tcbin;          /* in a thread cache (>>tcache): its bin there, set when adopted */
     /* caching allocator */
     size_t requested;
     uint32_t* uses;         /* stream indices from gm_record_stream */
@@ -4939,8 +4938,8 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
      stand still;
    - the table's entries fit in half the table; only the owner writes the
      table (dropping a stale entry in a fast free, adding one under mu), a
-     stealer reads it while frozen; a block's tcbin names its bin while it
-     belongs to a cache (set as it is adopted);
+     stealer reads it while frozen; an entry names its block's size and
+     bin (set as it is adopted), and a bin's a[k] is its block e[k]'s address;
      tc->cached sums the bins' bytes, at most tc->cap;
    - statistics: an owner counts its fast allocations and frees in
      monotonic counters, read consistently through seq; once it adopted a
@@ -4976,8 +4975,18 @@ typedef struct gm__tcbin {
     gm_stream stream;
     uint32_t n;
     gm__block* e[GM__TC_DEPTH]; /* oldest first; each FREE (its word says its generation) */
+    uintptr_t a[GM__TC_DEPTH];  /* their addresses (a fast allocation reads no block record before it returns) */
 } gm__tcbin;
-typedef struct gm__tclive { uintptr_t p; gm__block* b; uint64_t w; gm_stream stream; } gm__tclive; /* w: at adoption (LIVE) */
+/* w: the block's word at adoption (LIVE); units and bin: its size in
+   GM__ROUND units and its bin (a fast free picks the bin from the entry
+   alone, reading no block record first) */
+typedef struct gm__tclive {
+    uintptr_t p;
+    gm__block* b;
+    uint64_t w;
+    gm_stream stream;
+    uint32_t units, bin;
+} gm__tclive;
 
 typedef struct gm__tcache {
     /* the owner's; others read them through seq */
@@ -5092,14 +5101,11 @@ static GM__HOT gm__tclive* gm__tc_find(const gm__tcache* tc, uintptr_t p) {
     }
 }
 
-static GM__HOT void gm__tc_put(gm__tcache* tc, uintptr_t p, gm__block* b, uint64_t w, gm_stream s) {
-    size_t m = tc->lcap - 1, i = gm__tc_slot(tc, p);
-    while (tc->live[i].p && tc->live[i].p != p) i = (i + 1) & m;
+static GM__HOT void gm__tc_put(gm__tcache* tc, const gm__tclive* n) {
+    size_t m = tc->lcap - 1, i = gm__tc_slot(tc, n->p);
+    while (tc->live[i].p && tc->live[i].p != n->p) i = (i + 1) & m;
     if (!tc->live[i].p) tc->lcount++;
-    tc->live[i].p = p;
-    tc->live[i].b = b;
-    tc->live[i].w = w;
-    tc->live[i].stream = s;
+    tc->live[i] = *n;
 }
 
 /* Removes an entry, shifting later ones of its run back (no tombstones). */
@@ -5146,7 +5152,7 @@ static int gm__tc_room(gm__tcache* tc) {
     tc->lcap = cap;
     tc->lcount = 0;
     for (i = 0; i < ocap; i++)
-        if (old[i].p && gm__tc_valid(&old[i])) gm__tc_put(tc, old[i].p, old[i].b, old[i].w, old[i].stream);
+        if (old[i].p && gm__tc_valid(&old[i])) gm__tc_put(tc, &old[i]);
     GPUMEM_FREE(old);
     return 1;
 }
@@ -5434,11 +5440,11 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
         return 0;
     }
     b = bin->e[--bin->n];
+    *out = (void*)bin->a[bin->n];
     GM__ST(tc->cached, tc->cached - rsize); /* others read it to see whether any cache holds blocks */
     w = GM__LD(b->tcw) - GM__TC_FREE + GM__TC_LIVE; /* FREE: only its owner or a stealer (frozen) moves it */
     GM__ST(b->tcw, w); /* its table entry stayed */
-    b->requested = size;
-    *out = (void*)b->addr; /* the cache's: nobody else writes it while it is LIVE */
+    b->requested = size; /* the cache's: nobody else writes it while it is LIVE */
     gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
     return 1;
 }
@@ -5470,8 +5476,8 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
         gm__tc_leave(tc); /* else it is in a bin: freed already (the lock says so) */
         return 0;
     } /* w: still the word it had */
-    size = b->size;
-    bin = &tc->bins[b->tcbin];
+    size = (size_t)e->units * GM__ROUND;
+    bin = &tc->bins[e->bin];
     other = bin->n && (bin->size != size || bin->stream != e->stream); /* its bin serves another size or stream */
     if (other || bin->n == GM__TC_DEPTH || tc->cached + size > tc->cap) { /* it stays handed out: the lock frees it,
                                                                              or room is made and it comes again */
@@ -5483,6 +5489,7 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
         bin->size = size;
         bin->stream = e->stream;
     }
+    bin->a[bin->n] = (uintptr_t)ptr;
     bin->e[bin->n++] = b;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
     gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
@@ -5509,6 +5516,7 @@ static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, u
         gm__tc_give(ctx, b);
     }
     memmove(bin->e, bin->e + n, (bin->n - n) * sizeof bin->e[0]);
+    memmove(bin->a, bin->a + n, (bin->n - n) * sizeof bin->a[0]);
     bin->n -= n;
     GM__ST(tc->cached, tc->cached - got);
     return got;
@@ -5525,7 +5533,7 @@ static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
 static void gm__tc_make_room(gm_context* ctx, gm__tcache* tc, const void* ptr) {
     gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr);
     if (e && GM__LD(e->b->tcw) == e->w) { /* handed out (LIVE, as adopted) */
-        gm__tcbin* bin = &tc->bins[e->b->tcbin];
+        gm__tcbin* bin = &tc->bins[e->bin];
         if (bin->n == GM__TC_DEPTH && tc->cached + e->b->size <= tc->cap) {
             gm__tc_give_bin(ctx, tc, bin, GM__TC_DEPTH / 2);
             return;
@@ -5568,9 +5576,9 @@ static int gm__tc_leave_block(gm__block* b) {
 /* A block the lock hands to the calling thread enters its cache's table
    (with mu). */
 static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t rsize, gm_stream stream) {
-    uint64_t w;
+    gm__tclive n;
     int k;
-    if (!tc || b->size != rsize || rsize > ctx->tc_max || b->seg->arena != &ctx->pool[gm__pool_of(rsize)] ||
+    if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize / GM__ROUND > UINT32_MAX || b->seg->arena != &ctx->pool[gm__pool_of(rsize)] ||
         !gm__tc_room(tc))
         return;
     if (rsize > GM__TC_MAX && !tc->big) { /* counts go per pool from now on; so far all were the small pool's */
@@ -5580,10 +5588,14 @@ static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t r
         }
         tc->big = 1;
     }
-    w = gm__tc_next_gen(GM__LD(b->tcw), GM__TC_LIVE);
-    b->tcbin = (uint8_t)gm__tc_bin(b->size, stream); /* a fast free finds the bin without hashing */
-    GM__ST(b->tcw, w);
-    gm__tc_put(tc, b->addr, b, w, stream);
+    n.p = b->addr;
+    n.b = b;
+    n.w = gm__tc_next_gen(GM__LD(b->tcw), GM__TC_LIVE);
+    n.stream = stream;
+    n.units = (uint32_t)(rsize / GM__ROUND);
+    n.bin = gm__tc_bin(rsize, stream); /* a fast free finds the bin without hashing */
+    GM__ST(b->tcw, n.w);
+    gm__tc_put(tc, &n);
 }
 
 /* Stream s ends (with mu): no cache keeps or hands out its blocks any
@@ -5615,10 +5627,12 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
             if (bin->n > GM__TC_DEPTH) gm__broken(ck, "thread cache %d: bin %zu holds %u blocks", n, i, bin->n);
             for (k = 0; k < bin->n && k < GM__TC_DEPTH; k++) {
                 const gm__block* b = bin->e[k];
-                if ((GM__LD(b->tcw) & 3) != GM__TC_FREE || b->state != GM__USED ||
+                const gm__tclive* e = gm__tc_find(tc, b->addr);
+                if ((GM__LD(b->tcw) & 3) != GM__TC_FREE || b->state != GM__USED || bin->a[k] != b->addr || !e ||
+                    e->b != b || e->bin != i || (size_t)e->units * GM__ROUND != b->size ||
                     gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->size > ctx->tc_max ||
                     b->seg->arena != &ctx->pool[gm__pool_of(b->size)] || (b->size > GM__TC_MAX && !tc->big) ||
-                    gm__tc_bin(b->size, bin->stream) != i || b->tcbin != i)
+                    gm__tc_bin(b->size, bin->stream) != i)
                     gm__broken(ck, "thread cache %d: bin %zu holds block %#lx (%zu bytes), which is not its free block",
                                n, i, (unsigned long)b->addr, b->size);
                 cached += b->size;
@@ -5633,6 +5647,7 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
             if (!gm__tc_valid(e)) continue; /* stale: it left, dropped when met */
             w = GM__LD(e->b->tcw);
             if ((e->w & 3) != GM__TC_LIVE || e->b->addr != e->p || gm__map_get(&ctx->map, e->p) != e->b ||
+                (size_t)e->units * GM__ROUND != e->b->size || e->bin != gm__tc_bin(e->b->size, e->stream) ||
                 gm__tc_find(tc, e->p) != e)
                 gm__broken(ck, "thread cache %d: the table names %#lx, which is not a block it handed out", n,
                            (unsigned long)e->p);

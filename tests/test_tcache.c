@@ -748,6 +748,60 @@ static void test_table_entries(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* gm_check sees a cache whose records disagree: a table entry naming
+   another bin or size than its block's, a bin's address that is not its
+   block's (the fast paths trust both without reading the block). */
+/* p freed into its bin again (gm_check gives the bins back): its entry. */
+static gm__tclive* rebin(gm_context* ctx, void** p) {
+    gm__tclive* e;
+    T_OK(gm_alloc(ctx, p, 4096, NULL));
+    T_OK(gm_free(ctx, *p));
+    e = gm__tls_tc ? gm__tc_find(gm__tls_tc, (uintptr_t)*p) : NULL;
+    T_CHECK(e != NULL && gm__tls_tc->bins[e->bin].n == 1 && gm__tls_tc->bins[e->bin].a[0] == (uintptr_t)*p);
+    return e && gm__tls_tc->bins[e->bin].n == 1 ? e : NULL;
+}
+
+static void test_check_records(void) {
+    gm_context* ctx = make(1, 0);
+    void *p, *q;
+    gm__tclive* e;
+    uint32_t keep;
+    T_OK(gm_alloc(ctx, &q, 1024, NULL));
+    if ((e = rebin(ctx, &p)) != NULL) {
+        keep = e->bin;
+        e->bin = (keep + 1) % GM__TC_BINS;
+        T_CHECK(gm_check(ctx) != 0);
+        e->bin = keep;
+    }
+    if ((e = rebin(ctx, &p)) != NULL) {
+        e->units++;
+        T_CHECK(gm_check(ctx) != 0);
+        e->units--;
+    }
+    if ((e = rebin(ctx, &p)) != NULL) {
+        gm__tls_tc->bins[e->bin].a[0] += GM__ROUND;
+        T_CHECK(gm_check(ctx) != 0);
+        gm__tls_tc->bins[e->bin].a[0] -= GM__ROUND;
+    }
+    e = gm__tls_tc ? gm__tc_find(gm__tls_tc, (uintptr_t)q) : NULL; /* handed out */
+    T_CHECK(e != NULL);
+    if (e) {
+        keep = e->bin;
+        e->bin = (keep + 1) % GM__TC_BINS;
+        T_CHECK(gm_check(ctx) != 0);
+        e->bin = keep;
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, q));
+    if (rebin(ctx, &p)) {
+        T_OK(gm_alloc(ctx, &q, 4096, NULL)); /* the binned block, at the bin's address */
+        T_CHECK(q == p);
+        T_OK(gm_free(ctx, q));
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 /* One thread holding more small blocks than its table takes (65,536 of
    131,072 slots): the blocks past it are served through the lock, and
    everything stays exact (gm_check, statistics, frees of every block,
@@ -952,6 +1006,7 @@ int main(void) {
     test_cache_max_option();
     test_misuse();
     test_table_entries();
+    test_check_records();
     test_table_limit();
     test_cross_thread(0, 0);
     test_cross_thread(1, 0);
