@@ -7390,7 +7390,9 @@ typedef struct gm__dslot {
     uint64_t off;           /* file offset of the chunk */
     size_t len;             /* I/O length (aligned) */
     size_t done;            /* bytes moved so far */
+    int again;              /* times its I/O went again after a transient error (EAGAIN, EINTR) */
 } gm__dslot;
+#define GM__DIO_AGAIN 8     /* transient errors a chunk's I/O goes again after, at most */
 
 #define GM__REGBUFS 256     /* registered buffers: 0 the staging, then host pool chunks */
 
@@ -7744,6 +7746,15 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
             res = 0;
         }
     }
+    if ((res == -EAGAIN || res == -EINTR) && j->res == GM_OK && sl->again < GM__DIO_AGAIN) {
+        /* a transient refusal (a completion may carry one: a device queue that was full, a signal):
+           the same range goes again, a few times at most */
+        sl->again++;
+        gm__log(ctx, GM_LOG_WARN, "disk: %s at offset %llu of the spill file: %s; it goes again", sl->write ? "write" : "read",
+                (unsigned long long)(sl->off + sl->done), strerror(-res));
+        if (gm__dio_submit(ctx, dk, k) == GM_OK) return;
+        res = -EIO;
+    }
     if (res <= 0) {
         if (j->res == GM_OK)
             gm__log(ctx, GM_LOG_ERROR, "disk: %s of %zu bytes at offset %llu of the spill file in %s failed: %s",
@@ -7804,6 +7815,7 @@ static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uin
     sl->off = off;
     sl->len = len;
     sl->done = 0;
+    sl->again = 0;
     sl->fixed = j->buf_index;
 }
 

@@ -9,6 +9,8 @@
      unit (an unaligned offset is refused by O_DIRECT);
    - a disk that moves nothing, or less than a unit each time: the job
      fails (no progress), the tensor stays where it was;
+   - writes and reads refused for a moment (EAGAIN): they go again, a few
+     times at most, then the job fails and the tensor stays where it was;
    - io_uring_submit failing once: the request it left in the ring is
      never run against a slot that went on to other I/O;
    - a file system without O_TMPFILE that refuses O_DIRECT (open and fcntl
@@ -27,6 +29,7 @@
 /* What the calls below do to the spill file: 0 nothing, else one of these. */
 enum { A_NONE, A_HALF_PLUS, A_ZERO, A_TINY, A_NOSUP };
 static volatile int atk_write, atk_read, atk_falloc, atk_submit, atk_tmpfile, atk_direct, atk_direct_hits;
+static int atk_again; /* the next this many pwrite and pread calls fail with EAGAIN */
 static long n_write, n_read;
 
 static void* real_fn(const char* name) {
@@ -55,6 +58,10 @@ ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
         memcpy(&real, &f, sizeof real);
     }
     __atomic_add_fetch(&n_write, 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) >= 0) {
+        errno = EAGAIN;
+        return -1;
+    }
     return attacked(atk_write, real(fd, buf, n, off), n);
 }
 
@@ -65,6 +72,10 @@ ssize_t pread(int fd, void* buf, size_t n, off_t off) {
         memcpy(&real, &f, sizeof real);
     }
     __atomic_add_fetch(&n_read, 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) >= 0) {
+        errno = EAGAIN;
+        return -1;
+    }
     return attacked(atk_read, real(fd, buf, n, off), n);
 }
 
@@ -248,6 +259,49 @@ static void test_no_progress(int atk) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* pwrite and pread refuse for a moment (EAGAIN, as a completion may say
+   when a device queue is full): a few refusals and the I/O goes again and
+   succeeds; a refusal that does not end fails the job after a few tries,
+   and the tensor stays where it was. Before, the first refusal failed the
+   write (and the read) as an I/O error. */
+static void test_transient(void) {
+    gm_context* ctx = adverse_ctx(GM_DISK_IO_PREAD, 256 * KiB);
+    gm_tensor a;
+    void* p;
+    const size_t n = 2 * MiB + 17;
+    long w0;
+    if (!ctx) return;
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 61, NULL);
+    atk_again = 3;
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_EQ(atk_again <= 0, 1);
+    atk_again = 0;
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_EQ(gm_check(ctx), 0);
+    atk_again = 3;
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p));
+    atk_again = 0;
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    verify(ctx, a, n, 61, NULL);
+    T_EQ(errors_now(ctx), 0);
+    fill(ctx, a, n, 62, NULL); /* written: the next eviction writes it again */
+    atk_again = 1 << 20;       /* the disk never takes it */
+    w0 = n_write;
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_IO);
+    atk_again = 0;
+    T_CHECK(n_write - w0 < 200); /* it gave up */
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, 62, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    verify(ctx, a, n, 62, NULL);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
 /* io_uring_submit fails for one request (EBUSY): that chunk fails, and the
    request stays in the ring, sent by the next submit. Before, it was then
    run for a slot already given to other I/O (its completion met a slot
@@ -339,6 +393,7 @@ int main(void) {
     test_short_unaligned();
     test_no_progress(A_ZERO);
     test_no_progress(A_TINY);
+    test_transient();
     test_submit_fails();
     test_no_tmpfile_no_direct();
     rmdir(dir);
