@@ -789,7 +789,8 @@ GPUMEM_API gm_result gm_get_stats(gm_context* ctx, gm_stats* out);
 GPUMEM_API gm_result gm_reset_peak_stats(gm_context* ctx);
 GPUMEM_API gm_result gm_reset_accumulated_stats(gm_context* ctx);
 /* Writes a text table into buf (always terminated when cap > 0); returns
-   the length the whole table needs, excluding the terminator. */
+   the length the whole table needs, excluding the terminator. A NULL buf
+   writes nothing, whatever cap says. */
 GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap);
 /* Walks every structure; returns the number of broken invariants, each
    logged at GM_LOG_ERROR as one line naming the structure and what is
@@ -804,7 +805,8 @@ GPUMEM_API int gm_check(gm_context* ctx);
 GPUMEM_API int gm_check_report(gm_context* ctx, char* buf, size_t size);
 /* Writes the segments and their blocks as JSON into buf (terminated when
    cap > 0); returns the length the whole document needs, so
-   gm_snapshot(ctx, NULL, 0) sizes the buffer. */
+   gm_snapshot(ctx, NULL, 0) sizes the buffer (a NULL buf writes nothing,
+   whatever cap says). */
 GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap);
 
 /* The device, through the context's backend. */
@@ -858,8 +860,12 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
    gm_tensor_set_priority: released tensors of lower priority go first;
      pinned ones (non-zero) never leave the device by eviction.
    Misuse (a destroyed handle, release without acquire, release on another
-   stream, destroy or evict while acquired) returns GM_ERR_STALE_HANDLE,
-   GM_ERR_BAD_STATE or GM_ERR_INVALID_STREAM and changes nothing. */
+   stream, destroy or evict while acquired, an acquire on a stream
+   destroyed meanwhile) returns GM_ERR_STALE_HANDLE, GM_ERR_BAD_STATE or
+   GM_ERR_INVALID_STREAM and changes nothing. A tensor whose stream was
+   destroyed while it was acquired is still released by a release on that
+   stream's handle (the device is waited for in place of the stream), so
+   that it does not stay acquired for good. */
 GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes);
 GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor t);
 GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor t, gm_stream stream, void** ptr);
@@ -1636,10 +1642,31 @@ static void gm__apply_conf(gm_desc* d, char* dir, const char* conf, const char* 
 }
 
 /* dir: GM__PATH bytes that keep a disk_dir given as an option. */
+/* An enum field of a desc outside its values (hi the last): the default,
+   with a warning. */
+static int gm__desc_enum(const gm_desc* d, int v, int hi, const char* name) {
+    if (v >= 0 && v <= hi) return v;
+    gm__dlog(d, GM_LOG_WARN, "%s is %d, none of its values: the default", name, v);
+    return 0;
+}
+
 static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     gm_desc d;
     if (in) d = *in;
     else memset(&d, 0, sizeof d);
+    if ((int)d.log_level < 0 || (int)d.log_level > (int)GM_LOG_DEBUG) { /* else every message, errors too, is dropped */
+        gm_log_level bad = d.log_level;
+        d.log_level = GM_LOG_WARN;
+        gm__dlog(&d, GM_LOG_WARN, "desc.log_level is %d, none of gm_log_level: warn", (int)bad);
+    }
+    d.caching = (gm_toggle)gm__desc_enum(&d, (int)d.caching, GM_TOGGLE_OFF, "desc.caching");
+    d.expandable = (gm_toggle)gm__desc_enum(&d, (int)d.expandable, GM_TOGGLE_OFF, "desc.expandable");
+    d.thread_cache = (gm_toggle)gm__desc_enum(&d, (int)d.thread_cache, GM_TOGGLE_OFF, "desc.thread_cache");
+    d.disk_checksum = (gm_toggle)gm__desc_enum(&d, (int)d.disk_checksum, GM_TOGGLE_OFF, "desc.disk_checksum");
+    d.fallback = (gm_fallback)gm__desc_enum(&d, (int)d.fallback, GM_FALLBACK_MANAGED, "desc.fallback");
+    d.disk_io = (gm_disk_io)gm__desc_enum(&d, (int)d.disk_io, GM_DISK_IO_PREAD, "desc.disk_io");
+    d.sim.run_inline = (gm_toggle)gm__desc_enum(&d, (int)d.sim.run_inline, GM_TOGGLE_OFF, "desc.sim.run_inline");
+    d.sim.move_bytes = (gm_toggle)gm__desc_enum(&d, (int)d.sim.move_bytes, GM_TOGGLE_OFF, "desc.sim.move_bytes");
     gm__apply_conf(&d, dir, d.conf, "desc.conf");
     if (!d.ignore_env) gm__apply_conf(&d, dir, getenv("GPUMEM_CONF"), "GPUMEM_CONF");
     if (!d.backend) {
@@ -3873,6 +3900,15 @@ static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
     return GM_OK;
 }
 
+/* Whether s is a stream the context knows and has not seen destroyed
+   (with mu; no backend call). */
+static int gm__ss_live(const gm_context* ctx, gm_stream s) {
+    uint32_t i;
+    for (i = 0; i < ctx->nss; i++)
+        if (ctx->ss[i].stream == s && !ctx->ss[i].dead) return 1;
+    return 0;
+}
+
 static gm__sstate* gm__owner(gm_context* ctx, const gm__seg* seg) { return &ctx->ss[seg->key - 1]; }
 
 static void gm__fence_pop(gm_context* ctx, gm__sstate* s) {
@@ -4678,9 +4714,11 @@ static void gm__wait_all(gm_context* ctx) {
 static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize, int soft) {
     char a[32], b[32], c[32], d[32], e[32], f[32];
     size_t fr = 0, tot = 0;
-    int64_t alloc = ctx->stats.allocated_bytes[GM_STAT_ALL].current;
-    int64_t resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
+    int64_t alloc, resv;
     int fallback = ctx->desc.fallback_fn || ctx->desc.fallback == GM_FALLBACK_MANAGED;
+    gm__tc_fold_now(ctx); /* the thread caches' counts too (with mu) */
+    alloc = ctx->stats.allocated_bytes[GM_STAT_ALL].current;
+    resv = ctx->stats.reserved_bytes[GM_STAT_ALL].current;
     if (ctx->be->mem_info(ctx, &fr, &tot) != GM_OK) fr = tot = 0;
     gm__log(ctx, fallback || soft ? GM_LOG_INFO : GM_LOG_ERROR,
             "out of memory: tried to allocate %s (%zu bytes, rounded to %zu); device capacity %s, budget %s; "
@@ -6096,7 +6134,10 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
     gm__tcache* tc = NULL;
     unsigned wide = 0;
     void* plan;
-    if (GM__BAD_CTX(ctx) || (flags & ~(unsigned)GM_ALLOC_NO_SYNC)) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (flags & ~(unsigned)GM_ALLOC_NO_SYNC)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_alloc_ex: unknown flags %#x", flags & ~(unsigned)GM_ALLOC_NO_SYNC);
+    if (!out) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_alloc: no pointer to write");
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
     if (gm__tc_serves(ctx, out, size)) { /* the cache (the fast path tries only the last context's), then
@@ -6343,7 +6384,8 @@ static int gm__regrow_room(gm_context* ctx, size_t size, int wait) {
 GPUMEM_API gm_result gm_set_budget(gm_context* ctx, size_t bytes) {
     int64_t resv;
     gm__tcache* tc;
-    if (GM__BAD_CTX(ctx) || !bytes) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!bytes) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_set_budget: a budget of 0 bytes");
     pthread_mutex_lock(&ctx->mu);
     ctx->budget = bytes < ctx->total ? bytes : ctx->total;
     ctx->desc.device_budget = ctx->budget;
@@ -6463,6 +6505,7 @@ GPUMEM_API size_t gm_summary(gm_context* ctx, char* buf, size_t cap) {
     gm_stats st;
     gm__buf b;
     char t1[32];
+    if (!buf) cap = 0; /* sizing only */
     b.p = buf;
     b.cap = cap;
     b.len = 0;
@@ -6498,6 +6541,7 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
     static const char* states[] = {"free", "allocated", "pending"};
     gm__buf b;
     int pl, first_seg = 1;
+    if (!buf) cap = 0; /* sizing only */
     b.p = buf;
     b.cap = cap;
     b.len = 0;
@@ -6774,6 +6818,11 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     do ctx->serial = __atomic_add_fetch(&gm__ctx_serials, 1u, __ATOMIC_RELAXED);
     while (!ctx->serial); /* 0 marks no tensor */
     ctx->desc = gm__resolve_desc(desc, ctx->disk_dir);
+    if (ctx->desc.backend != GM_BACKEND_SIM && ctx->desc.backend != GM_BACKEND_CUDA) {
+        gm__log(ctx, GM_LOG_ERROR, "setup: desc.backend is %d, none of gm_backend", (int)ctx->desc.backend);
+        GPUMEM_FREE(ctx);
+        return GM_ERR_INVALID_ARGUMENT;
+    }
     if (ctx->desc.backend == GM_BACKEND_SIM) {
         ctx->be = &gm__sim_backend;
     } else {
@@ -6795,6 +6844,13 @@ GPUMEM_API gm_result gm_setup(gm_context** out, const gm_desc* desc) {
     else if (ctx->desc.device_budget_fraction > 0)
         ctx->budget = (size_t)(ctx->desc.device_budget_fraction * (double)ctx->total);
     else ctx->budget = ctx->total;
+    if (!ctx->budget) { /* as gm_set_budget(ctx, 0) is refused: a context that can hold nothing */
+        gm__log(ctx, GM_LOG_ERROR, "setup: a budget of %g of the device's %zu bytes is 0 bytes",
+                ctx->desc.device_budget_fraction, ctx->total);
+        ctx->be->shutdown(ctx);
+        GPUMEM_FREE(ctx);
+        return GM_ERR_INVALID_ARGUMENT;
+    }
     if (ctx->budget > ctx->total) { /* nothing past the device can be reserved; expandable ranges are sized by it */
         gm__log(ctx, GM_LOG_INFO, "setup: a budget of %zu bytes is more than the device's %zu: the device's", ctx->budget,
                 ctx->total);
@@ -6942,7 +6998,8 @@ GPUMEM_API gm_result gm_mem_info(gm_context* ctx, size_t* f, size_t* t) {
 GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
     gm_result r;
     uint32_t i;
-    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!out) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_stream_create: no handle to write");
     r = ctx->be->stream_create(ctx, out); /* a reused handle gets a fresh state on first use */
     if (r != GM_OK) return r;
     pthread_mutex_lock(&ctx->mu); /* and is no longer one gm_stream_destroy destroyed */
@@ -7005,14 +7062,22 @@ GPUMEM_API gm_result gm_device_synchronize(gm_context* ctx) {
 
 GPUMEM_API gm_result gm_memcpy_async(gm_context* ctx, void* dst, const void* src, size_t size, gm_copy_kind kind,
                                      gm_stream s) {
-    if (GM__BAD_CTX(ctx) || (size && (!dst || !src)) || (int)kind < 0 || (int)kind > (int)GM_COPY_DEFAULT)
-        return GM_ERR_INVALID_ARGUMENT;
-    if (!size) return GM_OK;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (size && (!dst || !src))
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_memcpy_async: a NULL %s of %zu bytes",
+                          dst ? "source" : "destination", size);
+    if ((int)kind < 0 || (int)kind > (int)GM_COPY_DEFAULT)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_memcpy_async: kind %d is none of gm_copy_kind", (int)kind);
+    if (!size) /* nothing to copy, but the stream is still checked */
+        return ctx->be->stream_valid(ctx, s)
+                   ? GM_OK
+                   : GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "gm_memcpy_async: unknown or destroyed stream %p", (void*)s);
     return ctx->be->copy(ctx, dst, src, size, kind, s);
 }
 
 GPUMEM_API gm_result gm_launch_host(gm_context* ctx, gm_stream s, gm_host_fn fn, void* user) {
-    if (GM__BAD_CTX(ctx) || !fn) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!fn) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_launch_host: no function");
     return ctx->be->launch_host(ctx, s, fn, user);
 }
 
@@ -7032,7 +7097,9 @@ static void gm__hostcall_run(void* p) {
 GPUMEM_API gm_result gm_launch_host_copy(gm_context* ctx, gm_stream s, gm_host_fn fn, const void* arg, size_t size) {
     gm__hostcall* c;
     gm_result r;
-    if (GM__BAD_CTX(ctx) || !fn || (size && !arg)) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!fn || (size && !arg))
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_launch_host_copy: %s", fn ? "a NULL argument" : "no function");
     if (size > GM_LAUNCH_ARG_MAX)
         return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "launch: %zu bytes of argument, more than GM_LAUNCH_ARG_MAX (%d)",
                           size, GM_LAUNCH_ARG_MAX);
@@ -7051,13 +7118,14 @@ GPUMEM_API gm_result gm_launch_host_copy(gm_context* ctx, gm_stream s, gm_host_f
 GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size) {
     gm_result r;
     int kept;
-    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!out) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_raw_alloc: no pointer to write");
     *out = NULL;
     if (!size) return GM_OK;
-    if (size > GM__MAX_REQUEST) return GM_ERR_OUT_OF_MEMORY;
-    r = ctx->be->dev_alloc(ctx, out, size);
+    r = size > GM__MAX_REQUEST ? GM_ERR_OUT_OF_MEMORY : ctx->be->dev_alloc(ctx, out, size);
     if (r != GM_OK) {
         *out = NULL;
+        gm__log(ctx, GM_LOG_ERROR, "gm_raw_alloc: %zu bytes from the backend: %s", size, gm_result_string(r));
         return r;
     }
     pthread_mutex_lock(&ctx->mu);
@@ -7105,7 +7173,10 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size) {
 
 GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes, uint64_t* busy_ns) {
     gm__sim* sim;
-    if (GM__BAD_CTX(ctx) || !bytes || !busy_ns || dir < 0 || dir > 1) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!bytes || !busy_ns || dir < 0 || dir > 1)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_sim_link_stats: %s", dir < 0 || dir > 1
+                          ? "dir is neither 0 (to the device) nor 1 (to the host)" : "nowhere to write");
     if (ctx->be != &gm__sim_backend) return GM_ERR_UNSUPPORTED;
     sim = GM__SIM(ctx);
     pthread_mutex_lock(&sim->mu);
@@ -7118,7 +7189,8 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth) {
     gm__sim* sim;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
-    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL) return GM_ERR_INVALID_ARGUMENT;
+    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL)
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_sim_inject: fault %d is none of gm_sim_fault", (int)fault);
     if (fault >= GM_SIM_FAULT_DISK_WRITE) { /* the disk tier's: any backend */
         gm__disk_inject(ctx, (int)fault - (int)GM_SIM_FAULT_DISK_WRITE, nth);
         return GM_OK;
@@ -11475,8 +11547,12 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
 GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy, int prefetch_ahead, gm_victim_fn fn,
                                         void* user) {
     gm__tier* tm;
-    if (GM__BAD_CTX(ctx) || (int)policy < 0 || policy > GM_EVICT_CUSTOM || prefetch_ahead < 0 || (policy == GM_EVICT_CUSTOM && !fn))
-        return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if ((int)policy < 0 || policy > GM_EVICT_CUSTOM || prefetch_ahead < 0 || (policy == GM_EVICT_CUSTOM && !fn))
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_tier_set_policy: %s",
+                          (int)policy < 0 || policy > GM_EVICT_CUSTOM ? "the policy is none of gm_evict_policy"
+                          : prefetch_ahead < 0                         ? "prefetch_ahead is negative"
+                                                                       : "GM_EVICT_CUSTOM without a function");
     tm = gm__tier_open(ctx);
     if (!tm) return GM_ERR_HOST_OUT_OF_MEMORY;
     pthread_mutex_lock(&tm->mu);
@@ -11826,7 +11902,8 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     gm__tensor* x;
     uint32_t i;
     gm_result r;
-    if (GM__BAD_CTX(ctx) || !out) return GM_ERR_INVALID_ARGUMENT;
+    if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
+    if (!out) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_tensor_create: no handle to write");
     out->id = out->ctx_id = 0;
     if (bytes > GM__MAX_REQUEST) return GM__MISUSE(ctx, GM_ERR_OUT_OF_MEMORY, "tier: %zu bytes is no tensor", bytes);
     if (!bytes) bytes = 1; /* a tensor occupies something in some tier */
@@ -11935,13 +12012,18 @@ static int gm__batch_ow(const gm_use* u, gm__tensor* const* xs, size_t n, const 
     return 1;
 }
 
-static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s, gm_access a) {
+static gm_result gm__access_check(gm_context* ctx, gm_tensor h, gm_access a) {
     if ((int)a < 0 || a > GM_ACCESS_READ_LAST)
         return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "tier: access %d of tensor %#x is none of gm_access", (int)a, h.id);
+    return GM_OK;
+}
+
+static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h, gm_stream s, gm_access a) {
+    if (gm__access_check(ctx, h, a) != GM_OK) return GM_ERR_INVALID_ARGUMENT;
     if (x->acquired && x->u.stream != s)
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is acquired on another stream", h.id);
-    if (!x->acquired && !ctx->be->stream_valid(ctx, s))
-        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown stream %p", (void*)s);
+    if (!ctx->be->stream_valid(ctx, s)) /* a nested acquire too: the stream may have gone since the first */
+        return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown or destroyed stream %p", (void*)s);
     return GM_OK;
 }
 
@@ -12010,8 +12092,11 @@ static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s
     written = written == GM_AS_ACQUIRED ? x->use_wr : written != 0;
     written |= x->use_ow; /* an overwrite's bytes are new whatever the caller says */
     if (discard) written = 1; /* the copies below go, as for a write; then it holds no bytes */
-    if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead */
-        ctx->be->stream_sync(ctx, s);
+    if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead (the
+                                                   device, for a stream destroyed while the tensor was acquired
+                                                   on it: the tensor is released all the same, or it would stay
+                                                   acquired for good) */
+        if (ctx->be->stream_sync(ctx, s) != GM_OK) ctx->be->device_sync(ctx);
         ti = 0, x->done_seq = 0;
     }
     if (written) {
@@ -12045,7 +12130,8 @@ GPUMEM_API gm_result gm_tensor_acquire_as(gm_context* ctx, gm_tensor h, gm_strea
     uint64_t t0 = gm__now_ns();
     gm_result r;
     GM__TIER_ENTER(ctx, tm, x, h)
-    r = ptr ? gm__acq_check(ctx, x, h, s, a) : GM_ERR_INVALID_ARGUMENT;
+    r = ptr ? gm__acq_check(ctx, x, h, s, a)
+            : GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_tensor_acquire: no pointer to write for tensor %#x", h.id);
     if (r == GM_OK) {
         gm__acq_hold(ctx, tm, x); /* no eviction of x while room is made for it */
         r = gm__acq_bring(ctx, tm, x, s, a);
@@ -12094,7 +12180,8 @@ static gm_result gm__batch_get(gm_context* ctx, gm__tier* tm, const gm_use* u, s
             return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, u[i].tensor.ctx_id != ctx->serial
                               ? "tier: tensor %#x is a handle of another context" : "tier: tensor %#x is not live",
                               u[i].tensor.id);
-        r = acquire ? gm__acq_check(ctx, x, u[i].tensor, s, u[i].access) : gm__rel_check(ctx, x, u[i].tensor, s);
+        r = acquire ? gm__acq_check(ctx, x, u[i].tensor, s, u[i].access) : gm__access_check(ctx, u[i].tensor, u[i].access);
+        if (r == GM_OK && !acquire) r = gm__rel_check(ctx, x, u[i].tensor, s);
         if (r != GM_OK) return r;
         xs[i] = x;
     }
@@ -12357,7 +12444,7 @@ GPUMEM_API gm_result gm_tensor_where(gm_context* ctx, gm_tensor h, gm_tier* tier
               : x->host_valid ? GM_TIER_HOST
               : x->disk_valid ? GM_TIER_DISK : GM_TIER_NONE;
     pthread_mutex_unlock(&tm->mu);
-    return tier ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+    return tier ? GM_OK : GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_tensor_where: no tier to write");
 }
 
 GPUMEM_API gm_result gm_tensor_get_info(gm_context* ctx, gm_tensor h, gm_tensor_info* out) {
@@ -12377,7 +12464,7 @@ GPUMEM_API gm_result gm_tensor_get_info(gm_context* ctx, gm_tensor h, gm_tensor_
         out->on_disk = x->disk_valid;
     }
     pthread_mutex_unlock(&tm->mu);
-    return out ? GM_OK : GM_ERR_INVALID_ARGUMENT;
+    return out ? GM_OK : GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_tensor_get_info: no record to write");
 }
 
 GPUMEM_API gm_result gm_tier_reset_peaks(gm_context* ctx) {
@@ -13719,6 +13806,8 @@ static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream st
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
     if (!pl || !pl->enabled || !pl->base) goto online;
+    if (stream && !gm__ss_live(ctx, stream)) goto online; /* destroyed since (or new): the lock's path says so, or
+                                                            takes it; the plan serves it from the next request */
     k = pl->cursor++;
     if (k < pl->n) /* blocks the recording had freed by now */
         for (c = pl->dstart[k]; c < pl->dstart[k + 1]; c++) {
@@ -13845,7 +13934,11 @@ static int gm__plan_owns(gm_context* ctx, const void* ptr, size_t* size, gm_stre
     pl = (gm__plan*)ctx->plan;
     v = pl ? (uintptr_t)gm__map_get(&pl->livemap, (uintptr_t)ptr) : 0;
     if (v && size) *size = gm__round_req((size_t)pl->size[v - 1]);
-    if (v && used_on && *used_on != pl->stream) pl->elsewhere[v - 1] = 1;
+    if (v && used_on) { /* gm_record_stream: a stream it can wait for */
+        uint32_t si;
+        *res = gm__ss_index(ctx, *used_on, &si);
+        if (*res == GM_OK && *used_on != pl->stream) pl->elsewhere[v - 1] = 1;
+    }
     mine = v || gm__plan_in_region(pl, ptr);
     if (!v && mine) *res = gm__plan_misuse(ctx, pl, ptr, size ? "gm_block_size" : "gm_record_stream");
     pthread_mutex_unlock(&ctx->mu);

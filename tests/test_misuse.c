@@ -318,6 +318,132 @@ static void test_budget_above_device(void) {
     }
 }
 
+/* Misuse found by probing every public call with bad input. Each was
+   accepted (GM_OK), crashed, or refused without a log line before. */
+static void test_probed_misuse(void) {
+    gm_context* ctx;
+    gm_desc d;
+    gm_stream s, s2;
+    gm_tensor t;
+    gm_use u;
+    void* p;
+    size_t n;
+    int logs;
+    /* a NULL buffer with a capacity: sizing only (before: a store through NULL) */
+    ctx = t_setup(t_desc());
+    n = gm_summary(ctx, NULL, 10);
+    T_CHECK(n > 10 && n == gm_summary(ctx, NULL, 0));
+    n = gm_snapshot(ctx, NULL, 10);
+    T_CHECK(n > 10 && n == gm_snapshot(ctx, NULL, 0));
+    /* NULL results and bad arguments: refused with a log line each (before: silent) */
+    logs = t_log_count;
+    T_EQ(gm_alloc(ctx, NULL, 100, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_alloc_ex(ctx, &p, 100, NULL, 0x80), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tensor_create(ctx, NULL, 100), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_stream_create(ctx, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_set_budget(ctx, 0), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tier_set_policy(ctx, GM_EVICT_CUSTOM, 0, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tier_set_policy(ctx, GM_EVICT_LRU, -1, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_memcpy_async(ctx, NULL, &n, 8, GM_COPY_HOST_TO_HOST, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_memcpy_async(ctx, &p, &n, 8, (gm_copy_kind)99, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_launch_host(ctx, NULL, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_launch_host_copy(ctx, NULL, NULL, &n, sizeof n), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_raw_alloc(ctx, NULL, 100), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_raw_alloc(ctx, &p, (size_t)-1), GM_ERR_OUT_OF_MEMORY);
+    T_EQ(t_log_count - logs, 13);
+    /* the out-of-memory line counts a block the thread's cache holds free as free (before: "1.00 KiB
+       allocated; -1.00 KiB reserved but unallocated") */
+    T_OK(gm_alloc(ctx, &p, 1000, NULL));
+    T_OK(gm_free(ctx, p));
+    T_EQ(gm_alloc(ctx, &p, (size_t)1 << 44, NULL), GM_ERR_OUT_OF_MEMORY);
+    T_CHECK(strstr(t_last_log, "out of memory") != NULL && strstr(t_last_log, "; -") == NULL);
+    T_OK(gm_tensor_create(ctx, &t, 4096));
+    logs = t_log_count;
+    T_EQ(gm_tensor_acquire(ctx, t, NULL, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tensor_where(ctx, t, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(gm_tensor_get_info(ctx, t, NULL), GM_ERR_INVALID_ARGUMENT);
+    T_EQ(t_log_count - logs, 3);
+    /* a release batch with an access outside gm_access: refused as a whole, as an acquire
+       batch is (before: released, as written) */
+    T_OK(gm_tensor_acquire(ctx, t, NULL, &p));
+    u.tensor = t;
+    u.access = (gm_access)99;
+    u.ptr = NULL;
+    T_EQ(gm_tensor_release_many(ctx, &u, 1, NULL), GM_ERR_INVALID_ARGUMENT);
+    {
+        gm_tensor_info info;
+        T_OK(gm_tensor_get_info(ctx, t, &info));
+        T_EQ(info.acquired, 1);
+    }
+    T_OK(gm_tensor_release(ctx, t, NULL, 0));
+    if (t_sim) { /* CUDA's streams are trusted (they may come from other code): the sim knows its own */
+        /* a stream destroyed while a tensor is acquired on it: no more acquires on it (before: a
+           nested acquire was served); its release still releases, the device waited for instead */
+        T_OK(gm_stream_create(ctx, &s2));
+        T_OK(gm_tensor_acquire(ctx, t, s2, &p));
+        T_OK(gm_stream_destroy(ctx, s2));
+        T_EQ(gm_tensor_acquire(ctx, t, s2, &p), GM_ERR_INVALID_STREAM);
+        u.access = GM_ACCESS_READ;
+        T_EQ(gm_tensor_acquire_many(ctx, &u, 1, s2), GM_ERR_INVALID_STREAM);
+        (void)gm_tensor_release(ctx, t, s2, 0);
+        {
+            gm_tensor_info info;
+            T_OK(gm_tensor_get_info(ctx, t, &info));
+            T_EQ(info.acquired, 0);
+        }
+        /* nothing to copy, but an unknown stream is still refused */
+        T_EQ(gm_memcpy_async(ctx, &p, &p, 0, GM_COPY_HOST_TO_HOST, s2), GM_ERR_INVALID_STREAM);
+        /* the planned mode serves no request on a destroyed stream, and records none on one
+           (before: GM_OK for both) */
+        T_OK(gm_stream_create(ctx, &s));
+        T_OK(gm_plan_begin(ctx));
+        T_OK(gm_alloc(ctx, &p, 1000, s));
+        T_OK(gm_free(ctx, p));
+        T_OK(gm_plan_end(ctx));
+        T_OK(gm_plan_step(ctx));
+        T_OK(gm_alloc(ctx, &p, 1000, s)); /* planned */
+        T_EQ(gm_record_stream(ctx, p, s2), GM_ERR_INVALID_STREAM);
+        T_OK(gm_free(ctx, p));
+        T_OK(gm_stream_destroy(ctx, s));
+        T_OK(gm_plan_step(ctx));
+        p = NULL;
+        T_EQ(gm_alloc(ctx, &p, 1000, s), GM_ERR_INVALID_STREAM);
+        T_CHECK(p == NULL);
+    }
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, t));
+    T_OK(gm_shutdown(ctx));
+    /* a desc's out-of-range values: the default, with a warning (log_level: before, every message
+       was dropped, errors too); a budget fraction that comes to 0 bytes is refused */
+    d = t_desc();
+    d.log_level = (gm_log_level)-9;
+    d.caching = (gm_toggle)77;
+    d.fallback = (gm_fallback)42;
+    d.disk_io = (gm_disk_io)55;
+    logs = t_log_count;
+    ctx = t_setup(d);
+    T_EQ(t_log_count - logs, 4);
+    T_EQ(gm_query_desc(ctx).log_level, GM_LOG_WARN);
+    T_EQ(gm_query_desc(ctx).caching, GM_TOGGLE_ON);
+    T_EQ(gm_query_desc(ctx).fallback, GM_FALLBACK_FAIL);
+    logs = t_log_count;
+    T_EQ(gm_free(ctx, (void*)4096), GM_ERR_FOREIGN_POINTER);
+    T_EQ(t_log_count - logs, 1);
+    T_OK(gm_shutdown(ctx));
+    d = t_desc();
+    d.device_budget = 0;
+    d.device_budget_fraction = 1e-15;
+    d.backend = t_sim ? GM_BACKEND_SIM : GM_BACKEND_CUDA;
+    d.ignore_env = 1;
+    d.log_fn = t_log;
+    ctx = NULL;
+    T_EQ(gm_setup(&ctx, &d), GM_ERR_INVALID_ARGUMENT);
+    T_CHECK(ctx == NULL);
+    d.backend = (gm_backend)9;
+    T_EQ(gm_setup(&ctx, &d), GM_ERR_INVALID_ARGUMENT);
+    T_CHECK(ctx == NULL);
+}
+
 int main(void) {
     test_tensor_memory_refused();
     test_check_sees_ownership();
@@ -327,6 +453,7 @@ int main(void) {
     test_planner_arguments();
     test_budget_above_device();
     test_after_shutdown();
+    test_probed_misuse();
     t_kept_free();
     return t_done();
 }
