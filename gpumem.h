@@ -8390,6 +8390,10 @@ static gm_result gm__disk_open(gm_context* ctx) {
     if (fstatvfs(dk->fd, &vfs) != 0) memset(&vfs, 0, sizeof vfs);
     dk->budget = d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize;
     dk->budget -= dk->budget % dk->align;
+    if (!dk->budget)
+        gm__log(ctx, GM_LOG_WARN, "disk: a budget of %zu bytes%s is less than the file system's unit of direct I/O (%zu "
+                "bytes): the disk tier can hold nothing", d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize,
+                d->disk_budget ? "" : " (the free space)", dk->align);
     gm__arena_init(&dk->ar, dk->align, NULL, 0);
     dk->slot = (gm__dslot*)gm__calloc((size_t)dk->nslot * sizeof *dk->slot);
     dk->pend = (int*)gm__calloc((size_t)dk->depth * 2 * sizeof *dk->pend);

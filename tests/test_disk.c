@@ -571,6 +571,23 @@ static void test_budget(void) {
     T_OK(gm_shutdown(ctx)); /* tensors left live are released with the context */
 }
 
+/* A disk budget below one unit of direct I/O holds nothing: setup says
+   so (before: silently), and a tensor sent to disk stays where it was. */
+static void test_budget_below_unit(void) {
+    gm_context* ctx;
+    gm_tensor a;
+    t_log_count = 0;
+    ctx = disk_ctx(4 * MiB, 2 * MiB, 1, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    T_CHECK(t_log_count >= 1 && strstr(t_last_log, "can hold nothing") != NULL);
+    T_OK(gm_tensor_create(ctx, &a, 64 * KiB));
+    fill(ctx, a, 64 * KiB, 7, NULL);
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_DISK_FULL);
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    verify(ctx, a, 64 * KiB, 7, NULL);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 /* The differential walk with a host tier far smaller than the tensors:
    most of them end up on disk. */
 static void test_walk(long steps, gm_disk_io io, size_t dev, size_t host) {
@@ -1229,6 +1246,7 @@ int main(int argc, char** argv) {
     test_faults(GM_DISK_IO_PREAD);
     test_checksum_off();
     test_budget();
+    test_budget_below_unit();
     test_full_swap();
     test_host_budget();
     test_walk_mostly_disk();
