@@ -1694,6 +1694,16 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
         d.host_budget = pages;
     }
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
+    if (d.sim.link_bytes_per_s != 0 && !(d.sim.link_bytes_per_s >= 1024)) { /* as conf's sim_link: 1 KiB/s at least
+                                                                              (a copy would take ages) */
+        gm__dlog(&d, GM_LOG_WARN, "desc.sim.link_bytes_per_s is %g, not at least 1024: unlimited", d.sim.link_bytes_per_s);
+        d.sim.link_bytes_per_s = 0;
+    }
+    if (d.sim.device_bytes_per_s != 0 && !(d.sim.device_bytes_per_s >= 1024)) {
+        gm__dlog(&d, GM_LOG_WARN, "desc.sim.device_bytes_per_s is %g, not at least 1024: unlimited",
+                 d.sim.device_bytes_per_s);
+        d.sim.device_bytes_per_s = 0;
+    }
     if (!d.sim.run_inline) d.sim.run_inline = GM_TOGGLE_OFF;
     if (!d.sim.move_bytes) d.sim.move_bytes = GM_TOGGLE_ON;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
