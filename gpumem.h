@@ -3910,13 +3910,19 @@ static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
     return GM_OK;
 }
 
-/* Whether s is a stream the context knows and has not seen destroyed
-   (with mu; no backend call). */
-static int gm__ss_live(const gm_context* ctx, gm_stream s) {
+/* Whether s is gone: destroyed by gm_stream_destroy (which leaves a dead
+   state for every handle it destroys) and not seen live since (with mu;
+   no backend call). */
+static int gm__ss_gone(const gm_context* ctx, gm_stream s) {
     uint32_t i;
-    for (i = 0; i < ctx->nss; i++)
-        if (ctx->ss[i].stream == s && !ctx->ss[i].dead) return 1;
-    return 0;
+    int gone = 0;
+    if (!s) return 0;
+    for (i = 0; i < ctx->nss; i++) {
+        if (ctx->ss[i].stream != s) continue;
+        if (!ctx->ss[i].dead) return 0;
+        gone |= ctx->ss[i].dead == 2;
+    }
+    return gone;
 }
 
 static gm__sstate* gm__owner(gm_context* ctx, const gm__seg* seg) { return &ctx->ss[seg->key - 1]; }
@@ -5023,7 +5029,7 @@ typedef struct gm__tcbin {
     gm_stream stream;
     uint32_t n;
     gm__block* e[GM__TC_DEPTH]; /* oldest first; each FREE (its word says its generation) */
-    uintptr_t a[GM__TC_DEPTH];  /* their addresses (a fast allocation reads no block record before it returns) */
+    uintptr_t a[GM__TC_DEPTH];  /* their addresses (a fast allocation need not load the block's to return it) */
 } gm__tcbin;
 /* w: the block's word at adoption (LIVE); units and bin: its size in
    GM__ROUND units and its bin (a fast free picks the bin from the entry
@@ -7132,10 +7138,13 @@ GPUMEM_API gm_result gm_raw_alloc(gm_context* ctx, void** out, size_t size) {
     if (!out) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_raw_alloc: no pointer to write");
     *out = NULL;
     if (!size) return GM_OK;
-    r = size > GM__MAX_REQUEST ? GM_ERR_OUT_OF_MEMORY : ctx->be->dev_alloc(ctx, out, size);
+    if (size > GM__MAX_REQUEST) {
+        gm__log(ctx, GM_LOG_ERROR, "gm_raw_alloc: %zu bytes is more than any device holds", size);
+        return GM_ERR_OUT_OF_MEMORY;
+    }
+    r = ctx->be->dev_alloc(ctx, out, size); /* the backend logs its failures (out of memory at info) */
     if (r != GM_OK) {
         *out = NULL;
-        gm__log(ctx, GM_LOG_ERROR, "gm_raw_alloc: %zu bytes from the backend: %s", size, gm_result_string(r));
         return r;
     }
     pthread_mutex_lock(&ctx->mu);
@@ -12102,15 +12111,22 @@ static gm_result gm__rel_check(gm_context* ctx, const gm__tensor* x, gm_tensor h
 
 static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int written) {
     uint32_t ti;
+    int gone;
     int discard = written == GM_DISCARD || (written == GM_AS_ACQUIRED && x->use_last);
     written = written == GM_AS_ACQUIRED ? x->use_wr : written != 0;
     written |= x->use_ow; /* an overwrite's bytes are new whatever the caller says */
     if (discard) written = 1; /* the copies below go, as for a write; then it holds no bytes */
-    if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead (the
-                                                   device, for a stream destroyed while the tensor was acquired
-                                                   on it: the tensor is released all the same, or it would stay
-                                                   acquired for good) */
-        if (ctx->be->stream_sync(ctx, s) != GM_OK) ctx->be->device_sync(ctx);
+    pthread_mutex_lock(&ctx->mu);
+    gone = gm__ss_gone(ctx, s);
+    pthread_mutex_unlock(&ctx->mu);
+    if (gone) { /* destroyed while the tensor was acquired on it: its work was waited for as it was destroyed,
+                   and no mark can be made there; the tensor is released all the same, or it would stay
+                   acquired for good */
+        gm__log(ctx, GM_LOG_WARN, "tier: tensor %#x is released on stream %p, destroyed while it was acquired there",
+                gm__handle_id(tm, x), (void*)s);
+        ti = 0, x->done_seq = 0;
+    } else if (gm__tk_of(ctx, tm, s, &ti) != GM_OK) { /* no mark can be kept: the stream is waited for instead */
+        ctx->be->stream_sync(ctx, s);
         ti = 0, x->done_seq = 0;
     }
     if (written) {
@@ -13820,8 +13836,6 @@ static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream st
     pthread_mutex_lock(&ctx->mu);
     pl = (gm__plan*)ctx->plan;
     if (!pl || !pl->enabled || !pl->base) goto online;
-    if (stream && !gm__ss_live(ctx, stream)) goto online; /* destroyed since (or new): the lock's path says so, or
-                                                            takes it; the plan serves it from the next request */
     k = pl->cursor++;
     if (k < pl->n) /* blocks the recording had freed by now */
         for (c = pl->dstart[k]; c < pl->dstart[k + 1]; c++) {
@@ -13832,6 +13846,7 @@ static int gm__plan_alloc(gm_context* ctx, void** out, size_t size, gm_stream st
             }
         }
     if (k >= pl->n || pl->size[k] != size || stream != pl->strm[k]) goto departure;
+    if (gm__ss_gone(ctx, stream)) goto departure; /* destroyed since it was recorded: the lock's path refuses it */
     if (pl->online[k]) {
         pl->st.online++;
         goto online;

@@ -421,6 +421,15 @@ static void test_two_streams(void) {
     T_EQ(s.replans, 0);
     T_EQ(s.online, 10);
     T_EQ(s.hits, 10 * (3 * L - 1));
+    /* the other stream detached (forgotten, not destroyed): its request still goes online in its
+       place, and the plan serves the rest of the step */
+    T_OK(gm_stream_detach(ctx, other));
+    T_OK(gm_plan_step(ctx));
+    step(ctx, &v, other);
+    s = pstats(ctx);
+    T_EQ(s.departures, 0);
+    T_EQ(s.online, 11);
+    T_EQ(s.hits, 11 * (3 * L - 1));
     /* enabling while a step is recorded is refused */
     T_OK(gm_plan_begin(ctx));
     T_EQ(gm_plan_enable(ctx, 1), GM_ERR_BAD_STATE);
