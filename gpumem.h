@@ -863,9 +863,10 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
    stream, destroy or evict while acquired, an acquire on a stream
    destroyed meanwhile) returns GM_ERR_STALE_HANDLE, GM_ERR_BAD_STATE or
    GM_ERR_INVALID_STREAM and changes nothing. A tensor whose stream was
-   destroyed while it was acquired is still released by a release on that
-   stream's handle (the device is waited for in place of the stream), so
-   that it does not stay acquired for good. */
+   destroyed (gm_stream_destroy) while it was acquired is still released
+   by a release on that stream's handle, with a warning (the stream's work
+   was waited for as it was destroyed), so that it does not stay acquired
+   for good. */
 GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t bytes);
 GPUMEM_API gm_result gm_tensor_destroy(gm_context* ctx, gm_tensor t);
 GPUMEM_API gm_result gm_tensor_acquire(gm_context* ctx, gm_tensor t, gm_stream stream, void** ptr);
