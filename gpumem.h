@@ -5633,8 +5633,8 @@ static int gm__tc_leave_block(gm__block* b) {
 static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t rsize, gm_stream stream) {
     gm__tclive n;
     int k;
-    if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize / GM__ROUND > UINT32_MAX || b->seg->arena != &ctx->pool[gm__pool_of(rsize)] ||
-        !gm__tc_room(tc))
+    if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize / GM__ROUND > UINT32_MAX ||
+        b->seg->arena != &ctx->pool[gm__pool_of(rsize)] || !gm__tc_room(tc))
         return;
     if (rsize > GM__TC_MAX && !tc->big) { /* counts go per pool from now on; so far all were the small pool's */
         for (k = 0; k < 3; k++) {
@@ -6153,7 +6153,8 @@ static GM__NOINLINE gm_result gm__alloc_slow(gm_context* ctx, void** out, size_t
     void* plan;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (flags & ~(unsigned)GM_ALLOC_NO_SYNC)
-        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_alloc_ex: unknown flags %#x", flags & ~(unsigned)GM_ALLOC_NO_SYNC);
+        return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_alloc_ex: unknown flags %#x",
+                          flags & ~(unsigned)GM_ALLOC_NO_SYNC);
     if (!out) return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_alloc: no pointer to write");
     plan = __atomic_load_n(&ctx->plan, __ATOMIC_ACQUIRE);
     if (out && size && plan && gm__plan_alloc(ctx, out, size, stream)) return GM_OK;
@@ -7842,8 +7843,8 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
         /* a transient refusal (a completion may carry one: a device queue that was full, a signal):
            the same range goes again, a few times at most */
         sl->again++;
-        gm__log(ctx, GM_LOG_WARN, "disk: %s at offset %llu of the spill file: %s; it goes again", sl->write ? "write" : "read",
-                (unsigned long long)(sl->off + sl->done), strerror(-res));
+        gm__log(ctx, GM_LOG_WARN, "disk: %s at offset %llu of the spill file: %s; it goes again",
+                sl->write ? "write" : "read", (unsigned long long)(sl->off + sl->done), strerror(-res));
         if (gm__dio_submit(ctx, dk, k) == GM_OK) return;
         res = -EIO;
     }
@@ -8411,8 +8412,9 @@ static gm_result gm__disk_open(gm_context* ctx) {
     dk->budget = d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize;
     dk->budget -= dk->budget % dk->align;
     if (!dk->budget)
-        gm__log(ctx, GM_LOG_WARN, "disk: a budget of %zu bytes%s is less than the file system's unit of direct I/O (%zu "
-                "bytes): the disk tier can hold nothing", d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize,
+        gm__log(ctx, GM_LOG_WARN,
+                "disk: a budget of %zu bytes%s is less than the file system's unit of direct I/O (%zu bytes): the "
+                "disk tier can hold nothing", d->disk_budget ? d->disk_budget : (size_t)vfs.f_bavail * vfs.f_frsize,
                 d->disk_budget ? "" : " (the free space)", dk->align);
     gm__arena_init(&dk->ar, dk->align, NULL, 0);
     dk->slot = (gm__dslot*)gm__calloc((size_t)dk->nslot * sizeof *dk->slot);
