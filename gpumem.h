@@ -1309,6 +1309,7 @@ struct gm_context {
     gm__ptrmap raw;         /* gm_raw_alloc's memory: address -> bytes */
     gm__sstate* ss;
     uint32_t nss, capss, last_ss;
+    int ss_destroyed;       /* atomic: some stream was destroyed (gm__ss_gone) */
     size_t va_gran;         /* page size of expandable segments (desc.expandable_page); 0: classic */
     size_t va_align;        /* the backend's granularity: the reservations' alignment */
     size_t va_extra;        /* gm__va_keep's allowance: pages its limit gave back that were mapped again */
@@ -1379,7 +1380,9 @@ GPUMEM_API void gm_log_stderr(gm_log_level level, const char* message, void* use
 
 static void gm__vlog(const gm_desc* d, gm_log_level level, const char* fmt, va_list ap) {
     char buf[1024];
-    if (!d->log_fn || (int)level > (int)(d->log_level ? d->log_level : GM_LOG_WARN)) return;
+    int at = (int)d->log_level; /* 0 or none of gm_log_level (a desc not yet resolved): warn */
+    if (at <= 0 || at > (int)GM_LOG_DEBUG) at = (int)GM_LOG_WARN;
+    if (!d->log_fn || (int)level > at) return;
     vsnprintf(buf, sizeof buf, fmt, ap);
     d->log_fn(level, buf, d->log_user);
 }
@@ -1642,7 +1645,6 @@ static void gm__apply_conf(gm_desc* d, char* dir, const char* conf, const char* 
     }
 }
 
-/* dir: GM__PATH bytes that keep a disk_dir given as an option. */
 /* An enum field of a desc outside its values (hi the last): the default,
    with a warning. */
 static int gm__desc_enum(const gm_desc* d, int v, int hi, const char* name) {
@@ -1651,15 +1653,20 @@ static int gm__desc_enum(const gm_desc* d, int v, int hi, const char* name) {
     return 0;
 }
 
+/* A sim rate of a desc: 0 (unlimited) or at least 1 KiB/s, as conf's
+   sim_link (slower, a copy would take ages); else unlimited, with a warning. */
+static double gm__desc_rate(const gm_desc* d, double v, const char* name) {
+    if (v == 0 || v >= 1024) return v;
+    gm__dlog(d, GM_LOG_WARN, "%s is %g, not at least 1024: unlimited", name, v);
+    return 0;
+}
+
+/* dir: GM__PATH bytes that keep a disk_dir given as an option. */
 static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     gm_desc d;
     if (in) d = *in;
     else memset(&d, 0, sizeof d);
-    if ((int)d.log_level < 0 || (int)d.log_level > (int)GM_LOG_DEBUG) { /* else every message, errors too, is dropped */
-        gm_log_level bad = d.log_level;
-        d.log_level = GM_LOG_WARN;
-        gm__dlog(&d, GM_LOG_WARN, "desc.log_level is %d, none of gm_log_level: warn", (int)bad);
-    }
+    d.log_level = (gm_log_level)gm__desc_enum(&d, (int)d.log_level, GM_LOG_DEBUG, "desc.log_level");
     d.caching = (gm_toggle)gm__desc_enum(&d, (int)d.caching, GM_TOGGLE_OFF, "desc.caching");
     d.expandable = (gm_toggle)gm__desc_enum(&d, (int)d.expandable, GM_TOGGLE_OFF, "desc.expandable");
     d.thread_cache = (gm_toggle)gm__desc_enum(&d, (int)d.thread_cache, GM_TOGGLE_OFF, "desc.thread_cache");
@@ -1695,16 +1702,8 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
         d.host_budget = pages;
     }
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
-    if (d.sim.link_bytes_per_s != 0 && !(d.sim.link_bytes_per_s >= 1024)) { /* as conf's sim_link: 1 KiB/s at least
-                                                                              (a copy would take ages) */
-        gm__dlog(&d, GM_LOG_WARN, "desc.sim.link_bytes_per_s is %g, not at least 1024: unlimited", d.sim.link_bytes_per_s);
-        d.sim.link_bytes_per_s = 0;
-    }
-    if (d.sim.device_bytes_per_s != 0 && !(d.sim.device_bytes_per_s >= 1024)) {
-        gm__dlog(&d, GM_LOG_WARN, "desc.sim.device_bytes_per_s is %g, not at least 1024: unlimited",
-                 d.sim.device_bytes_per_s);
-        d.sim.device_bytes_per_s = 0;
-    }
+    d.sim.link_bytes_per_s = gm__desc_rate(&d, d.sim.link_bytes_per_s, "desc.sim.link_bytes_per_s");
+    d.sim.device_bytes_per_s = gm__desc_rate(&d, d.sim.device_bytes_per_s, "desc.sim.device_bytes_per_s");
     if (!d.sim.run_inline) d.sim.run_inline = GM_TOGGLE_OFF;
     if (!d.sim.move_bytes) d.sim.move_bytes = GM_TOGGLE_ON;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
@@ -3911,19 +3910,27 @@ static gm_result gm__ss_index(gm_context* ctx, gm_stream s, uint32_t* out) {
     return GM_OK;
 }
 
-/* Whether s is gone: destroyed by gm_stream_destroy (which leaves a dead
-   state for every handle it destroys) and not seen live since (with mu;
-   no backend call). */
-static int gm__ss_gone(const gm_context* ctx, gm_stream s) {
+/* What the context knows of s (with mu; no backend call): GM__SS_LIVE, a
+   state not dead; GM__SS_GONE, none live and one destroyed by
+   gm_stream_destroy (which leaves a dead state for every handle it
+   destroys), not seen since; else 0 (never seen, or only detached). */
+enum { GM__SS_LIVE = 1, GM__SS_GONE = 2 };
+static int gm__ss_seen(const gm_context* ctx, gm_stream s) {
     uint32_t i;
     int gone = 0;
-    if (!s) return 0;
     for (i = 0; i < ctx->nss; i++) {
         if (ctx->ss[i].stream != s) continue;
-        if (!ctx->ss[i].dead) return 0;
+        if (!ctx->ss[i].dead) return GM__SS_LIVE;
         gone |= ctx->ss[i].dead == 2;
     }
-    return gone;
+    return gone ? GM__SS_GONE : 0;
+}
+
+/* Whether s is gone (with mu): nothing to look at until some stream was
+   destroyed, so the paths that ask pay nothing in a program that never
+   destroys one. */
+static int gm__ss_gone(const gm_context* ctx, gm_stream s) {
+    return s && __atomic_load_n(&ctx->ss_destroyed, __ATOMIC_RELAXED) && gm__ss_seen(ctx, s) == GM__SS_GONE;
 }
 
 static gm__sstate* gm__owner(gm_context* ctx, const gm__seg* seg) { return &ctx->ss[seg->key - 1]; }
@@ -5684,7 +5691,7 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
                 const gm__block* b = bin->e[k];
                 const gm__tclive* e = gm__tc_find(tc, b->addr);
                 if ((GM__LD(b->tcw) & 3) != GM__TC_FREE || b->state != GM__USED || bin->a[k] != b->addr || !e ||
-                    e->b != b || e->bin != i || (size_t)e->units * GM__ROUND != b->size ||
+                    e->b != b || e->bin != i || /* its size: the entries' walk */
                     gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->size > ctx->tc_max ||
                     b->seg->arena != &ctx->pool[gm__pool_of(b->size)] || (b->size > GM__TC_MAX && !tc->big) ||
                     gm__tc_bin(b->size, bin->stream) != i)
@@ -7033,18 +7040,16 @@ GPUMEM_API gm_result gm_stream_create(gm_context* ctx, gm_stream* out) {
 static gm_result gm__stream_end(gm_context* ctx, gm_stream s, int destroy, const char* what) {
     gm_result r;
     uint32_t i;
-    int live = 0, gone = 0;
+    int seen, live;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "%s: not the default stream", what);
     pthread_mutex_lock(&ctx->mu);
-    for (i = 0; i < ctx->nss; i++) {
-        live |= ctx->ss[i].stream == s && !ctx->ss[i].dead;
-        gone |= ctx->ss[i].stream == s && ctx->ss[i].dead == 2;
-    }
+    seen = gm__ss_seen(ctx, s);
     pthread_mutex_unlock(&ctx->mu);
+    live = seen == GM__SS_LIVE;
     /* a handle gpumem destroyed and has not seen since is not touched: CUDA
        may have handed it to another stream already */
-    if (!live && (gone || !ctx->be->stream_valid(ctx, s)))
+    if (!live && (seen == GM__SS_GONE || !ctx->be->stream_valid(ctx, s)))
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "%s: unknown or destroyed stream %p", what, (void*)s);
     if (!live && !destroy) return GM_OK; /* nothing of it to forget */
     r = ctx->be->stream_sync(ctx, s);
@@ -7057,6 +7062,7 @@ static gm_result gm__stream_end(gm_context* ctx, gm_stream s, int destroy, const
         gm__fence_wait(ctx, e);
         e->dead = destroy ? 2 : 1;
     }
+    if (destroy) GM__ST(ctx->ss_destroyed, 1); /* gm__ss_gone looks from now on */
     gm__tc_forget_stream(ctx, s);
     if (ctx->last_ss < ctx->nss && ctx->ss[ctx->last_ss].stream == s) ctx->last_ss = ctx->nss; /* no fast path to it */
     r = destroy ? ctx->be->stream_destroy(ctx, s) : GM_OK;
@@ -12114,14 +12120,16 @@ static gm_result gm__rel_check(gm_context* ctx, const gm__tensor* x, gm_tensor h
 
 static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int written) {
     uint32_t ti;
-    int gone;
+    int gone = 0;
     int discard = written == GM_DISCARD || (written == GM_AS_ACQUIRED && x->use_last);
     written = written == GM_AS_ACQUIRED ? x->use_wr : written != 0;
     written |= x->use_ow; /* an overwrite's bytes are new whatever the caller says */
     if (discard) written = 1; /* the copies below go, as for a write; then it holds no bytes */
-    pthread_mutex_lock(&ctx->mu);
-    gone = gm__ss_gone(ctx, s);
-    pthread_mutex_unlock(&ctx->mu);
+    if (GM__LD(ctx->ss_destroyed)) {
+        pthread_mutex_lock(&ctx->mu);
+        gone = gm__ss_gone(ctx, s);
+        pthread_mutex_unlock(&ctx->mu);
+    }
     if (gone) { /* destroyed while the tensor was acquired on it: its work was waited for as it was destroyed,
                    and no mark can be made there; the tensor is released all the same, or it would stay
                    acquired for good */
@@ -12213,8 +12221,8 @@ static gm_result gm__batch_get(gm_context* ctx, gm__tier* tm, const gm_use* u, s
             return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, u[i].tensor.ctx_id != ctx->serial
                               ? "tier: tensor %#x is a handle of another context" : "tier: tensor %#x is not live",
                               u[i].tensor.id);
-        r = acquire ? gm__acq_check(ctx, x, u[i].tensor, s, u[i].access) : gm__access_check(ctx, u[i].tensor, u[i].access);
-        if (r == GM_OK && !acquire) r = gm__rel_check(ctx, x, u[i].tensor, s);
+        if (acquire) r = gm__acq_check(ctx, x, u[i].tensor, s, u[i].access);
+        else if ((r = gm__access_check(ctx, u[i].tensor, u[i].access)) == GM_OK) r = gm__rel_check(ctx, x, u[i].tensor, s);
         if (r != GM_OK) return r;
         xs[i] = x;
     }

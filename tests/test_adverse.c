@@ -51,6 +51,14 @@ static ssize_t attacked(int atk, ssize_t got, size_t n) {
     return got;
 }
 
+/* Whether this call is refused for a moment (EAGAIN), by atk_again. */
+static int refused(void) {
+    if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) <= 0 || __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) < 0)
+        return 0;
+    errno = EAGAIN;
+    return 1;
+}
+
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
     static ssize_t (*real)(int, const void*, size_t, off_t);
     if (!real) {
@@ -58,10 +66,7 @@ ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
         memcpy(&real, &f, sizeof real);
     }
     __atomic_add_fetch(&n_write, 1, __ATOMIC_RELAXED);
-    if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) >= 0) {
-        errno = EAGAIN;
-        return -1;
-    }
+    if (refused()) return -1;
     return attacked(atk_write, real(fd, buf, n, off), n);
 }
 
@@ -72,10 +77,7 @@ ssize_t pread(int fd, void* buf, size_t n, off_t off) {
         memcpy(&real, &f, sizeof real);
     }
     __atomic_add_fetch(&n_read, 1, __ATOMIC_RELAXED);
-    if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) >= 0) {
-        errno = EAGAIN;
-        return -1;
-    }
+    if (refused()) return -1;
     return attacked(atk_read, real(fd, buf, n, off), n);
 }
 
