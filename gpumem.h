@@ -7948,6 +7948,22 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             j->finished++;
             did = 1;
         }
+        /* a staged write's copies not yet sent land first: they read the device memory the job's end lets
+           its tensor free (gm__job_over waits for staged == sent) */
+        while (j->kind == GM__J_WRITE_DEV && j->sent < j->staged) {
+            gm__dslot* sl = &dk->slot[j->fifo[j->fhead]];
+            gm_result q = ctx->be->event_query(ctx, sl->ev);
+            if (q == GM_NOT_READY) {
+                *stuck = 2;
+                break;
+            }
+            if (q != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
+            sl->ev_pending = 0;
+            sl->job = NULL;
+            j->fhead = (j->fhead + 1) % (size_t)dk->nslot;
+            j->staged--;
+            did = 1;
+        }
         return did;
     }
     switch (j->kind) {
@@ -8062,10 +8078,12 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
 }
 
 /* A job is over once every I/O it submitted is reaped (and, for a staged
-   read, released in order). */
+   read, released in order; for a failed staged write, once the copies it
+   staged and never sent landed). */
 static int gm__job_over(const gm__job* j) {
     if (!j->started || j->finishing) return 0;
-    return j->res != GM_OK ? j->finished == j->sent : j->finished == j->n;
+    return j->res != GM_OK ? j->finished == j->sent && (j->kind != GM__J_WRITE_DEV || j->staged == j->sent)
+                           : j->finished == j->n;
 }
 
 /* Its end (without dk->mu: a read's CRC may take a while): the slots it

@@ -1059,6 +1059,46 @@ static void test_detached_block(void) {
 #endif
 }
 
+/* A write to disk straight from the device (through the staging slots)
+   that fails on its first chunk: the job ends only once the staging copies
+   it queued and never sent landed, since they read the device memory its
+   tensor may free as soon as the job is over. Here eight chunks of 64 KiB
+   are staged at once, each 16 ms on a slow link, and the first write
+   fails: before, the eviction returned after the first copy, with seven
+   still queued, and the tensor's memory, freed and unmapped, was read
+   after (a crash on sim, a read of freed memory on a GPU). Sim only (the
+   link's rate and figures). */
+static void test_failed_staged_write(void) {
+#ifndef GM_TEST_CUDA
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor a;
+    uint64_t b0, b1, busy;
+    unsigned seed = 7;
+    d.device_budget = 4 * MiB;
+    d.host_budget = 0;
+    d.disk_dir = dir;
+    d.disk_chunk = 64 * KiB;
+    d.sim.link_bytes_per_s = 4e6; /* 64 KiB: 16 ms */
+    ctx = t_setup(d);
+    T_OK(gm_tensor_create(ctx, &a, 512 * KiB));
+    fill(ctx, a, 512 * KiB, seed, NULL);
+    gm_device_synchronize(ctx);
+    T_OK(gm_sim_link_stats(ctx, 1, &b0, &busy));
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_WRITE, 1));
+    T_CHECK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK) == GM_ERR_IO);
+    T_OK(gm_sim_link_stats(ctx, 1, &b1, &busy));
+    if (!T_EQ(b1 - b0, 512 * KiB)) printf("  (%llu bytes of the staging copies landed)\n", (unsigned long long)(b1 - b0));
+    T_EQ(where(ctx, a), GM_TIER_DEVICE); /* nothing lost */
+    verify(ctx, a, 512 * KiB, seed, NULL);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_empty_cache(ctx)); /* its memory unmapped: no copy reads it any more */
+    gm_device_synchronize(ctx);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+#endif
+}
+
 /* One cycle over n tensors, each acquired and released written (its
    eviction copies it out), then, under learned order, the step's end. */
 static void cycle_written(gm_context* ctx, const gm_tensor* t, int n, int learned) {
@@ -1256,6 +1296,7 @@ int main(int argc, char** argv) {
     test_clean_looks();
     test_host_victim_looks();
     test_detached_block();
+    test_failed_staged_write();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
     test_full_walk(WALK_STEPS / 2);
