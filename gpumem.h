@@ -12460,6 +12460,9 @@ GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier ti
         else {
             gm__dev_settle(ctx, tm, x);
             r = gm__to_disk(ctx, tm, x);
+            if (r == GM_ERR_DISK_FULL || r == GM_ERR_HOST_OUT_OF_MEMORY) /* a failed write says so itself */
+                gm__log(ctx, GM_LOG_WARN, "tier: tensor %#x (%zu bytes) cannot go to disk (%s); it stays where it was",
+                        h.id, x->bytes, gm_result_string(r));
         }
         if (r == GM_OK && x->dev) {
             gm__tier_count(tm, x, -1);

@@ -542,7 +542,10 @@ static void test_budget(void) {
     T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
     T_OK(gm_tensor_create(ctx, &b, 2 * MiB));
     fill(ctx, b, 2 * MiB, 4, NULL);
+    t_log_count = 0;
     T_EQ(gm_tensor_evict_to(ctx, b, GM_TIER_DISK), GM_ERR_DISK_FULL);
+    T_EQ(t_log_count, 1); /* said, as a warning (before: an info line) */
+    T_CHECK(strstr(t_last_log, "cannot go to disk") != NULL);
     T_EQ(where(ctx, b), GM_TIER_DEVICE);
     T_OK(gm_tier_get_stats(ctx, &ts));
     T_CHECK(ts.disk_reserved <= 3 * (int64_t)MiB);
