@@ -7432,9 +7432,12 @@ static void gm__pinned_free(gm_context* ctx, void* p, size_t n) {
      has ev_pending set: no read lands in it before that event completed,
      and a copy into it (on another stream) is queued behind that event;
    - staged chunks are written and copied onward in order (the CRC runs in
-     order); a short read or write is resubmitted for the rest; an error or
-     a transfer of 0 bytes fails the job (GM_ERR_IO or GM_ERR_DISK_FULL)
-     once its I/Os in flight are reaped;
+     order); a short read or write is resubmitted for the rest, one refused
+     for a moment (EAGAIN) waits in its slot (again_at, counted in
+     `waiting`) and goes again later; an error or a transfer of 0 bytes
+     fails the job (GM_ERR_IO or GM_ERR_DISK_FULL) once its I/Os in flight
+     are reaped, and a failed staged write once the copies it staged landed
+     too (they read device memory that is its tensor's again after);
    - dk->mu guards the job lists, the slots and the figures; the engine
      holds it except while it waits (for a completion, an event, or work),
      and takes no other lock. */
@@ -7490,8 +7493,10 @@ typedef struct gm__dslot {
     size_t len;             /* I/O length (aligned) */
     size_t done;            /* bytes moved so far */
     int again;              /* times its I/O went again after a transient error (EAGAIN, EINTR) */
+    uint64_t again_at;      /* refused for a moment (EAGAIN): when it goes again (0: it is not waiting) */
 } gm__dslot;
 #define GM__DIO_AGAIN 8     /* transient errors a chunk's I/O goes again after, at most */
+#define GM__DIO_BACKOFF 1000000u /* ns before the first try again after EAGAIN, doubling: 255 ms in all */
 
 #define GM__REGBUFS 256     /* registered buffers: 0 the staging, then host pool chunks */
 
@@ -7511,6 +7516,7 @@ typedef struct gm__disk {
     int* pend;              /* pread/pwrite: completions not yet reaped, a ring */
     int npend, pend_head;
     int broken;             /* the ring failed: no more transfers */
+    int waiting;            /* slots whose I/O waits to go again (again_at) */
     int sparse;             /* the file system cannot reserve (no fallocate): the file grows by ftruncate */
     /* the engine */
     pthread_t th;
@@ -7803,6 +7809,30 @@ static void gm__job_fail(gm__job* j, gm_result r) {
     if (j->res == GM_OK) j->res = r;
 }
 
+/* The end of a slot's I/O (res: bytes, or -errno): the slot done, or its
+   job failed; a slot that is not a staged read's is free again. */
+static void gm__dio_end(gm_context* ctx, gm__disk* dk, int k, int res) {
+    gm__dslot* sl = &dk->slot[k];
+    gm__job* j = sl->job;
+    if (res <= 0) {
+        if (j->res == GM_OK)
+            gm__log(ctx, GM_LOG_ERROR, "disk: %s of %zu bytes at offset %llu of the spill file in %s failed: %s",
+                    sl->write ? "write" : "read", sl->len, (unsigned long long)sl->off, ctx->disk_dir,
+                    res ? strerror(-res) : "no progress");
+        gm__job_fail(j, res == -ENOSPC || res == -EDQUOT ? GM_ERR_DISK_FULL : GM_ERR_IO);
+    } else {
+        sl->done = sl->len;
+    }
+    sl->io_done = 1;
+    if (j->kind == GM__J_READ_MEM && j->res == GM_OK && dk->checksum) { /* checked now, while the rest is in flight */
+        size_t i = (size_t)(sl->off - j->off) / dk->chunk;
+        j->ccrc[i] = gm__crc32c(0, sl->mem, gm__chunk_len(dk, j->bytes, i));
+    }
+    if (j->kind == GM__J_READ_DEV) return; /* released in order by the job (and copied onward) */
+    j->finished++;
+    sl->job = NULL;
+}
+
 /* Applies one completion to its slot and job (with dk->mu): a whole I/O
    marks the slot done, a short one goes again for the rest, an error
    fails the job. */
@@ -7815,7 +7845,11 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
         dk->broken = 1;
         gm__dio_account(dk);
         dk->inflight = 0;
-        for (i = 0; i < dk->nslot; i++)
+        for (i = 0; i < dk->nslot; i++) {
+            if (dk->slot[i].again_at) { /* it goes nowhere now */
+                dk->slot[i].again_at = 0;
+                dk->waiting--;
+            }
             if (dk->slot[i].job && dk->slot[i].job->kind == GM__J_READ_DEV) {
                 gm__job_fail(dk->slot[i].job, GM_ERR_IO);
                 dk->slot[i].io_done = 1;
@@ -7824,6 +7858,7 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
                 dk->slot[i].job->finished++;
                 dk->slot[i].job = NULL;
             }
+        }
         return;
     }
     gm__dio_account(dk);
@@ -7847,30 +7882,23 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
     }
     if ((res == -EAGAIN || res == -EINTR) && j->res == GM_OK && sl->again < GM__DIO_AGAIN) {
         /* a transient refusal (a completion may carry one: a device queue that was full, a signal):
-           the same range goes again, a few times at most */
+           the same range goes again, a few times at most; after EAGAIN, once the disk had a moment
+           (1 ms, then twice as long each time: the engine sends it, gm__dio_again) */
+        uint64_t wait = res == -EAGAIN ? (uint64_t)GM__DIO_BACKOFF << sl->again : 0;
+        char when[32] = "";
         sl->again++;
-        gm__log(ctx, GM_LOG_WARN, "disk: %s at offset %llu of the spill file: %s; it goes again",
-                sl->write ? "write" : "read", (unsigned long long)(sl->off + sl->done), strerror(-res));
+        if (wait) snprintf(when, sizeof when, " in %u ms", (unsigned)(wait / 1000000u));
+        gm__log(ctx, GM_LOG_WARN, "disk: %s at offset %llu of the spill file: %s; it goes again%s",
+                sl->write ? "write" : "read", (unsigned long long)(sl->off + sl->done), strerror(-res), when);
+        if (wait) {
+            sl->again_at = gm__now_ns() + wait;
+            dk->waiting++;
+            return;
+        }
         if (gm__dio_submit(ctx, dk, k) == GM_OK) return;
         res = -EIO;
     }
-    if (res <= 0) {
-        if (j->res == GM_OK)
-            gm__log(ctx, GM_LOG_ERROR, "disk: %s of %zu bytes at offset %llu of the spill file in %s failed: %s",
-                    sl->write ? "write" : "read", sl->len, (unsigned long long)sl->off, ctx->disk_dir,
-                    res ? strerror(-res) : "no progress");
-        gm__job_fail(j, res == -ENOSPC || res == -EDQUOT ? GM_ERR_DISK_FULL : GM_ERR_IO);
-    } else {
-        sl->done = sl->len;
-    }
-    sl->io_done = 1;
-    if (j->kind == GM__J_READ_MEM && j->res == GM_OK && dk->checksum) { /* checked now, while the rest is in flight */
-        size_t i = (size_t)(sl->off - j->off) / dk->chunk;
-        j->ccrc[i] = gm__crc32c(0, sl->mem, gm__chunk_len(dk, j->bytes, i));
-    }
-    if (j->kind == GM__J_READ_DEV) return; /* released in order by the job (and copied onward) */
-    j->finished++;
-    sl->job = NULL;
+    gm__dio_end(ctx, dk, k, res);
 }
 
 /* A slot without a job, one whose buffer no copy still reads first; -1
@@ -7887,6 +7915,32 @@ static int gm__slot_free(const gm__disk* dk) {
 
 /* Room in the I/O queue for one more. */
 static int gm__dio_room(const gm__disk* dk) { return dk->inflight < dk->depth; }
+
+/* Sends again the I/O of the slots whose moment after EAGAIN passed,
+   while the queue has room (with dk->mu); one whose job failed meanwhile
+   ends instead. *next: when the first one still waiting goes (0: none).
+   Whether any moved. */
+static int gm__dio_again(gm_context* ctx, gm__disk* dk, uint64_t* next) {
+    uint64_t now = gm__now_ns();
+    int i, did = 0;
+    *next = 0;
+    for (i = 0; i < dk->nslot && dk->waiting; i++) {
+        gm__dslot* sl = &dk->slot[i];
+        int dead;
+        if (!sl->again_at) continue;
+        dead = sl->job->res != GM_OK || dk->broken;
+        if (dead || (sl->again_at <= now && gm__dio_room(dk))) {
+            sl->again_at = 0;
+            dk->waiting--;
+            did = 1;
+            if (dead) gm__dio_end(ctx, dk, i, -ECANCELED);
+            else if (gm__dio_submit(ctx, dk, i) != GM_OK) gm__dio_end(ctx, dk, i, -EIO);
+        } else if (!*next || sl->again_at < *next) {
+            *next = sl->again_at;
+        }
+    }
+    return did;
+}
 
 static const gm__block* gm__host_seek(const gm__block* h, size_t* at, size_t* off); /* >>tier */
 
@@ -7915,6 +7969,7 @@ static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uin
     sl->len = len;
     sl->done = 0;
     sl->again = 0;
+    sl->again_at = 0;
     sl->fixed = j->buf_index;
 }
 
@@ -8145,6 +8200,7 @@ static void* gm__disk_engine(void* arg) {
         gm__job **pp, *j;
         int did = 0, stuck = 0, k, res;
         void* sleep_on = NULL;
+        uint64_t again_at = 0;
         for (j = dk->jobs; j; j = j->next) {
             int st = 0;
             if (j->finishing) continue;
@@ -8178,6 +8234,7 @@ static void* gm__disk_engine(void* arg) {
             gm__dio_complete(ctx, dk, k, res);
             did = 1;
         }
+        if (dk->waiting) did |= gm__dio_again(ctx, dk, &again_at);
         for (pp = &dk->jobs; (j = *pp) != NULL && !gm__job_over(j); pp = &j->next) {}
         if (j) { /* one job over: finished without the lock (it stays listed until done), then around again */
             j->finishing = 1;
@@ -8188,11 +8245,17 @@ static void* gm__disk_engine(void* arg) {
         }
         if (did) continue;
         if (dk->stop && !dk->jobs && !dk->inflight) break;
-        if (dk->inflight && dk->uring) { /* sleep on I/O; briefly when a gate or a copy may open meanwhile */
+        if (dk->inflight && dk->uring) { /* sleep on I/O; briefly when a gate, a copy or an I/O's moment
+                                            to go again may come meanwhile */
             pthread_mutex_unlock(&dk->mu);
-            gm__dio_wait(dk, 0, stuck ? 200 : 0, &k, &res);
+            gm__dio_wait(dk, 0, stuck || again_at ? 200 : 0, &k, &res);
             pthread_mutex_lock(&dk->mu);
             if (k != -1) gm__dio_complete(ctx, dk, k, res);
+        } else if (again_at) { /* an I/O goes again then: until then, or 50 us when stuck (1 ms at most) */
+            uint64_t until = gm__now_ns() + (stuck ? 50000u : 1000000u);
+            pthread_mutex_unlock(&dk->mu);
+            gm__sleep_until_ns(again_at < until ? again_at : until);
+            pthread_mutex_lock(&dk->mu);
         } else if (sleep_on) {
             pthread_mutex_unlock(&dk->mu);
             if (ctx->be->event_sync(ctx, sleep_on) != GM_OK) ctx->be->device_sync(ctx);

@@ -11,6 +11,9 @@
      fails (no progress), the tensor stays where it was;
    - writes and reads refused for a moment (EAGAIN): they go again, a few
      times at most, then the job fails and the tensor stays where it was;
+   - a disk busy for 30 ms, refusing everything meanwhile (EAGAIN): each
+     refused I/O goes again after a moment that doubles, so that the disk
+     has time to recover;
    - io_uring_submit failing once: the request it left in the ring is
      never run against a slot that went on to other I/O;
    - a file system without O_TMPFILE that refuses O_DIRECT (open and fcntl
@@ -30,6 +33,7 @@
 enum { A_NONE, A_HALF_PLUS, A_ZERO, A_TINY, A_NOSUP };
 static volatile int atk_write, atk_read, atk_falloc, atk_submit, atk_tmpfile, atk_direct, atk_direct_hits;
 static int atk_again; /* the next this many pwrite and pread calls fail with EAGAIN */
+static uint64_t atk_busy_until; /* and every one before this time (CLOCK_MONOTONIC, ns) */
 static long n_write, n_read;
 
 static void* real_fn(const char* name) {
@@ -52,7 +56,17 @@ static ssize_t attacked(int atk, ssize_t got, size_t n) {
 }
 
 /* Whether this call is refused for a moment (EAGAIN), by atk_again. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static int refused(void) {
+    if (now_ns() < __atomic_load_n(&atk_busy_until, __ATOMIC_RELAXED)) {
+        errno = EAGAIN;
+        return 1;
+    }
     if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) <= 0 || __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) < 0)
         return 0;
     errno = EAGAIN;
@@ -304,6 +318,38 @@ static void test_transient(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A disk that refuses every write and read for 30 ms (EAGAIN), then takes
+   them. Before, a refused I/O went again at once, eight times within
+   microseconds, and the job failed (GM_ERR_IO): an eviction to disk and a
+   bring-in from it both failed on a disk busy for a moment. Now each try
+   waits longer (1 ms, then twice as long: 255 ms in all), and both end
+   well, with the bytes intact. */
+static void test_busy_disk(void) {
+    gm_context* ctx = adverse_ctx(GM_DISK_IO_PREAD, 256 * KiB);
+    gm_tensor a;
+    void* p;
+    const size_t n = MiB + 5;
+    if (!ctx) return;
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 71, NULL);
+    t_log_count = 0;
+    __atomic_store_n(&atk_busy_until, now_ns() + 30000000u, __ATOMIC_RELAXED);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_CHECK(t_log_count > 0); /* each refusal said */
+    T_CHECK(strstr(t_last_log, "it goes again in") != NULL);
+    T_EQ(gm_check(ctx), 0);
+    __atomic_store_n(&atk_busy_until, now_ns() + 30000000u, __ATOMIC_RELAXED);
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p));
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    verify(ctx, a, n, 71, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_shutdown(ctx));
+}
+
 /* io_uring_submit fails for one request (EBUSY): that chunk fails, and the
    request stays in the ring, sent by the next submit. Before, it was then
    run for a slot already given to other I/O (its completion met a slot
@@ -396,6 +442,7 @@ int main(void) {
     test_no_progress(A_ZERO);
     test_no_progress(A_TINY);
     test_transient();
+    test_busy_disk();
     test_submit_fails();
     test_no_tmpfile_no_direct();
     rmdir(dir);
