@@ -7973,6 +7973,14 @@ static void gm__dslot_start(gm__dslot* sl, gm__job* j, int write, char* mem, uin
     sl->fixed = j->buf_index;
 }
 
+/* A copy into or out of a staging buffer was queued on s, and its event
+   could not be recorded: nothing could tell when it is done, so s is
+   waited for now (the device, when that fails too), before the buffer or
+   the device memory is given to anyone else. */
+static void gm__copy_settle(gm_context* ctx, gm_stream s) {
+    if (ctx->be->stream_sync(ctx, s) != GM_OK) ctx->be->device_sync(ctx);
+}
+
 /* Moves a job as far as it can go now, without waiting (with dk->mu).
    Returns whether anything happened; *stuck says what it waits for: 1 a
    gate, 2 a staging copy. */
@@ -8047,7 +8055,8 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             size_t at = j->staged * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->staged);
             err = sl->ev_pending ? ctx->be->stream_wait_event(ctx, j->copy, sl->ev) : GM_OK; /* a copy out goes first */
             if (err == GM_OK) err = ctx->be->copy(ctx, sl->buf, (const char*)j->dev + at, len, GM_COPY_DEVICE_TO_HOST, j->copy);
-            if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, j->copy);
+            if (err == GM_OK && (err = ctx->be->event_record(ctx, sl->ev, j->copy)) != GM_OK)
+                gm__copy_settle(ctx, j->copy); /* queued, and no event says when it is done */
             if (err != GM_OK) {
                 gm__job_fail(j, err);
                 return 1;
@@ -8099,6 +8108,7 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
                     *stuck = 2;
                     break;
                 }
+                if (q != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
                 sl->ev_pending = 0;
             }
             gm__dslot_start(sl, j, 0, sl->buf, j->off + at, gm__round_up(len, dk->align));
@@ -8119,7 +8129,8 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             err = j->res;
             if (err == GM_OK && dk->checksum) j->crc = gm__crc32c(j->crc, sl->buf, len);
             if (err == GM_OK) err = ctx->be->copy(ctx, (char*)j->dev + at, sl->buf, len, j->ckind, j->copy);
-            if (err == GM_OK) err = ctx->be->event_record(ctx, sl->ev, j->copy);
+            if (err == GM_OK && (err = ctx->be->event_record(ctx, sl->ev, j->copy)) != GM_OK)
+                gm__copy_settle(ctx, j->copy); /* queued, and no event says when it is done */
             if (err == GM_OK) sl->ev_pending = 1;
             sl->job = NULL;
             j->fhead = (j->fhead + 1) % (size_t)dk->nslot;
