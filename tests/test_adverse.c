@@ -346,6 +346,21 @@ static void test_busy_disk(void) {
     verify(ctx, a, n, 71, NULL);
     T_EQ(errors_now(ctx), 0);
     T_EQ(gm_check(ctx), 0);
+    /* written again; its first chunk refused for a moment while the others
+       move nothing: the job fails, and the chunk waiting to go again ends
+       with it (it is not sent to a job that failed) */
+    fill(ctx, a, n, 72, NULL);
+    atk_again = 1;
+    atk_write = A_ZERO;
+    T_EQ(gm_tensor_evict_to(ctx, a, GM_TIER_DISK), GM_ERR_IO);
+    atk_write = A_NONE;
+    atk_again = 0;
+    T_EQ(where(ctx, a), GM_TIER_DEVICE);
+    T_EQ(gm_check(ctx), 0);
+    verify(ctx, a, n, 72, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK)); /* and the disk is usable after */
+    verify(ctx, a, n, 72, NULL);
+    T_EQ(gm_check(ctx), 0);
     T_OK(gm_tensor_destroy(ctx, a));
     T_OK(gm_shutdown(ctx));
 }
