@@ -33,7 +33,8 @@
 enum { A_NONE, A_HALF_PLUS, A_ZERO, A_TINY, A_NOSUP };
 static volatile int atk_write, atk_read, atk_falloc, atk_submit, atk_tmpfile, atk_direct, atk_direct_hits;
 static int atk_again; /* the next this many pwrite and pread calls fail with EAGAIN */
-static uint64_t atk_busy_until; /* and every one before this time (CLOCK_MONOTONIC, ns) */
+static uint64_t atk_busy_ns;    /* and every one for this long (ns) from the first one it meets */
+static uint64_t atk_busy_until; /* (that first one's time plus atk_busy_ns, CLOCK_MONOTONIC) */
 static long n_write, n_read;
 
 static void* real_fn(const char* name) {
@@ -63,9 +64,13 @@ static uint64_t now_ns(void) {
 }
 
 static int refused(void) {
-    if (now_ns() < __atomic_load_n(&atk_busy_until, __ATOMIC_RELAXED)) {
-        errno = EAGAIN;
-        return 1;
+    uint64_t busy = __atomic_load_n(&atk_busy_ns, __ATOMIC_RELAXED), t = now_ns(), zero = 0;
+    if (busy) { /* the window opens at the first call it meets, however late that comes */
+        __atomic_compare_exchange_n(&atk_busy_until, &zero, t + busy, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        if (t < __atomic_load_n(&atk_busy_until, __ATOMIC_RELAXED)) {
+            errno = EAGAIN;
+            return 1;
+        }
     }
     if (__atomic_load_n(&atk_again, __ATOMIC_RELAXED) <= 0 || __atomic_sub_fetch(&atk_again, 1, __ATOMIC_RELAXED) < 0)
         return 0;
@@ -318,12 +323,19 @@ static void test_transient(void) {
     T_OK(gm_shutdown(ctx));
 }
 
-/* A disk that refuses every write and read for 30 ms (EAGAIN), then takes
-   them. Before, a refused I/O went again at once, eight times within
-   microseconds, and the job failed (GM_ERR_IO): an eviction to disk and a
-   bring-in from it both failed on a disk busy for a moment. Now each try
-   waits longer (1 ms, then twice as long: 255 ms in all), and both end
-   well, with the bytes intact. */
+/* The disk refuses everything for ns from the next I/O on (0: never). */
+static void busy_for(uint64_t ns) {
+    __atomic_store_n(&atk_busy_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&atk_busy_until, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&atk_busy_ns, ns, __ATOMIC_RELAXED);
+}
+
+/* A disk that refuses every write and read for 30 ms (EAGAIN) from the
+   first one on, then takes them. Before, a refused I/O went again at
+   once, eight times within microseconds, and the job failed (GM_ERR_IO):
+   an eviction to disk and a bring-in from it both failed on a disk busy
+   for a moment. Now each try waits longer (1 ms, then twice as long:
+   255 ms in all), and both end well, with the bytes intact. */
 static void test_busy_disk(void) {
     gm_context* ctx = adverse_ctx(GM_DISK_IO_PREAD, 256 * KiB);
     gm_tensor a;
@@ -333,14 +345,16 @@ static void test_busy_disk(void) {
     T_OK(gm_tensor_create(ctx, &a, n));
     fill(ctx, a, n, 71, NULL);
     t_log_count = 0;
-    __atomic_store_n(&atk_busy_until, now_ns() + 30000000u, __ATOMIC_RELAXED);
+    busy_for(30000000u);
     T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    busy_for(0);
     T_EQ(where(ctx, a), GM_TIER_DISK);
     T_CHECK(t_log_count > 0); /* each refusal said */
     T_CHECK(strstr(t_last_log, "it goes again in") != NULL);
     T_EQ(gm_check(ctx), 0);
-    __atomic_store_n(&atk_busy_until, now_ns() + 30000000u, __ATOMIC_RELAXED);
+    busy_for(30000000u);
     T_OK(gm_tensor_acquire(ctx, a, NULL, &p));
+    busy_for(0);
     T_OK(gm_tensor_release(ctx, a, NULL, 0));
     T_EQ(where(ctx, a), GM_TIER_DEVICE);
     verify(ctx, a, n, 71, NULL);
