@@ -13,7 +13,8 @@
    of a tensor written before reads what was last written, and at the end,
    faults disarmed, every tensor reads back whole.
    The input: one byte of configuration, then three bytes per call (the
-   call, a tensor slot, an argument). The sim only. */
+   call, a tensor slot, an argument); its length's parity picks the spill
+   files' directory (ft_dir). The sim only. */
 #define GPUMEM_IMPLEMENTATION
 #include "../../gpumem.h"
 #define FUZZ_NAME "tier"
@@ -74,8 +75,15 @@ static gm_result ft_run(gm_context* ctx, gm_stream s, void* p, size_t n, unsigne
     return gm_launch_host_copy(ctx, s, ft_kernel, &j, sizeof j);
 }
 
-static char ft_dir[64];
-static void ft_dir_remove(void) { (void)rmdir(ft_dir); }
+/* The spill files' directories: one in /tmp, and one in memory (/dev/shm,
+   where the disk's I/O completes at once: the engine's races with the
+   copies come out other ways; /tmp again where there is none). An input
+   of even length uses the second. */
+static char ft_dir[2][64];
+static void ft_dir_remove(void) {
+    (void)rmdir(ft_dir[0]);
+    if (strcmp(ft_dir[0], ft_dir[1])) (void)rmdir(ft_dir[1]);
+}
 
 /* A custom policy's choice: any candidate, or none (n), by the input. */
 static size_t ft_victim(gm_context* ctx, const gm_tensor* c, size_t n, void* user) {
@@ -124,9 +132,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int i, disk;
     unsigned cfg, next_seed = 1, victim_arg = 0;
     if (size < 1) return 0;
-    if (!ft_dir[0]) { /* the spill files' directory, made once and removed at exit (each file goes at shutdown) */
-        snprintf(ft_dir, sizeof ft_dir, "/tmp/gm-fuzz-tier-XXXXXX");
-        if (!mkdtemp(ft_dir)) abort();
+    if (!ft_dir[0][0]) { /* made once and removed at exit (each file goes at shutdown) */
+        snprintf(ft_dir[0], sizeof ft_dir[0], "/tmp/gm-fuzz-tier-XXXXXX");
+        if (!mkdtemp(ft_dir[0])) abort();
+        snprintf(ft_dir[1], sizeof ft_dir[1], "/dev/shm/gm-fuzz-tier-XXXXXX");
+        if (!mkdtemp(ft_dir[1])) memcpy(ft_dir[1], ft_dir[0], sizeof ft_dir[1]);
         atexit(ft_dir_remove);
     }
     cfg = data[0];
@@ -136,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     d.ignore_env = 1;
     d.device_budget = dev_budget[cfg & 3];
     d.host_budget = host_budget[(cfg >> 2) & 3];
-    d.disk_dir = disk ? ft_dir : NULL;
+    d.disk_dir = disk ? ft_dir[size % 2 == 0] : NULL;
     d.disk_budget = disk ? (size_t)8 << 20 : 0;
     d.disk_chunk = 64 * FT_KIB; /* host copies in pieces of 64 KiB (a sixteenth of the largest host tier) */
     d.disk_io = (cfg >> 6) & 1 ? GM_DISK_IO_PREAD : GM_DISK_IO_DEFAULT;
