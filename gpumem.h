@@ -7981,6 +7981,16 @@ static void gm__copy_settle(gm_context* ctx, gm_stream s) {
     if (ctx->be->stream_sync(ctx, s) != GM_OK) ctx->be->device_sync(ctx);
 }
 
+/* Whether the work before event ev completed, without waiting: 0 while it
+   runs; 1 once done, or when the backend cannot tell (after a wait for the
+   whole device, to be sure). */
+static int gm__ev_done(gm_context* ctx, void* ev) {
+    gm_result q = ctx->be->event_query(ctx, ev);
+    if (q == GM_NOT_READY) return 0;
+    if (q != GM_OK) ctx->be->device_sync(ctx);
+    return 1;
+}
+
 /* Moves a job as far as it can go now, without waiting (with dk->mu).
    Returns whether anything happened; *stuck says what it waits for: 1 a
    gate, 2 a staging copy. */
@@ -7989,16 +7999,11 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
     gm_result err;
     if (!j->started) {
         int g;
-        for (g = 0; g < 2; g++) {
-            gm_result q;
-            if (!j->gate[g]) continue;
-            q = ctx->be->event_query(ctx, j->gate[g]);
-            if (q == GM_NOT_READY) {
+        for (g = 0; g < 2; g++)
+            if (j->gate[g] && !gm__ev_done(ctx, j->gate[g])) {
                 *stuck = 1;
                 return 0;
             }
-            if (q != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
-        }
         j->started = 1;
         j->t0 = gm__now_ns();
         if (dk->broken) gm__job_fail(j, GM_ERR_IO);
@@ -8015,12 +8020,10 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
            its tensor free (gm__job_over waits for staged == sent) */
         while (j->kind == GM__J_WRITE_DEV && j->sent < j->staged) {
             gm__dslot* sl = &dk->slot[j->fifo[j->fhead]];
-            gm_result q = ctx->be->event_query(ctx, sl->ev);
-            if (q == GM_NOT_READY) {
+            if (!gm__ev_done(ctx, sl->ev)) {
                 *stuck = 2;
                 break;
             }
-            if (q != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
             sl->ev_pending = 0;
             sl->job = NULL;
             j->fhead = (j->fhead + 1) % (size_t)dk->nslot;
@@ -8103,12 +8106,10 @@ static int gm__job_pump(gm_context* ctx, gm__disk* dk, gm__job* j, int* stuck) {
             gm__dslot* sl = &dk->slot[k];
             size_t at = j->sent * dk->chunk, len = gm__chunk_len(dk, j->bytes, j->sent);
             if (sl->ev_pending) { /* its last copy out may still read it */
-                gm_result q = ctx->be->event_query(ctx, sl->ev);
-                if (q == GM_NOT_READY) {
+                if (!gm__ev_done(ctx, sl->ev)) {
                     *stuck = 2;
                     break;
                 }
-                if (q != GM_OK) ctx->be->device_sync(ctx); /* cannot tell: be sure */
                 sl->ev_pending = 0;
             }
             gm__dslot_start(sl, j, 0, sl->buf, j->off + at, gm__round_up(len, dk->align));
@@ -8152,14 +8153,14 @@ static int gm__job_over(const gm__job* j) {
                            : j->finished == j->n;
 }
 
-/* Its end (without dk->mu: a read's CRC may take a while): the slots it
-   staged and never sent come back, a read's checksum is checked, the
+/* Its end (without dk->mu: a read's CRC may take a while): any slot still
+   its own comes back, a read's checksum is checked, the
    figures counted, and it goes to dk->done (or to the caller waiting). */
 static void gm__job_finish(gm__disk* dk, gm__job* j) {
     int i, bad;
     gm__job** pp;
     pthread_mutex_lock(&dk->mu);
-    if (j->kind == GM__J_WRITE_DEV) /* staged copies never sent: their slots come back */
+    if (j->kind == GM__J_WRITE_DEV) /* slots still its own (a broken ring's I/O in flight): they come back */
         for (i = 0; i < dk->nslot; i++)
             if (dk->slot[i].job == j) dk->slot[i].job = NULL;
     pthread_mutex_unlock(&dk->mu);
@@ -9635,25 +9636,32 @@ static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm
    when it has one (once whole), else from the device through the staging
    slots: the write behind of either kind (gm__disk_behind, gm__dev_behind),
    then a wait for it alone. On failure the extent goes back and x is
-   unchanged. */
-static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+   unchanged. asked: the caller's own request (gm_tensor_evict_to), whose
+   write that cannot start (no room in the file, no host memory for the
+   job) is said as a warning; one that fails says so itself. */
+static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int asked) {
     gm__disk* dk = (gm__disk*)ctx->disk;
-    gm__block* e;
+    gm__block* e = NULL;
     gm_result r;
     if (x->job) (void)gm__io_wait(ctx, tm, x); /* a write under way may do */
     if (x->disk_valid) return GM_OK;
     if (!dk) return GM_ERR_UNSUPPORTED;
     if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
     if (!x->host_valid && x->blank) { /* blank on the device: an extent is the copy */
-        if (!(e = gm__disk_alloc(ctx, dk, x->bytes))) return GM_ERR_DISK_FULL;
-        gm__tier_count(tm, x, -1);
-        x->disk = e;
-        x->disk_valid = 1;
-        gm__tier_count(tm, x, 1);
-        return GM_OK;
+        r = (e = gm__disk_alloc(ctx, dk, x->bytes)) != NULL ? GM_OK : GM_ERR_DISK_FULL;
+        if (e) {
+            gm__tier_count(tm, x, -1);
+            x->disk = e;
+            x->disk_valid = 1;
+            gm__tier_count(tm, x, 1);
+        }
+    } else {
+        r = x->host_valid ? gm__disk_behind(ctx, tm, x) : gm__dev_behind(ctx, tm, x);
     }
-    r = x->host_valid ? gm__disk_behind(ctx, tm, x) : gm__dev_behind(ctx, tm, x);
-    if (r == GM_OK) r = gm__io_wait(ctx, tm, x);
+    if (r != GM_OK && asked)
+        gm__log(ctx, GM_LOG_WARN, "tier: tensor %#x (%zu bytes) cannot go to disk (%s); it stays where it was",
+                gm__handle_id(tm, x), x->bytes, gm_result_string(r));
+    if (r == GM_OK && !x->disk_valid) r = gm__io_wait(ctx, tm, x);
     return r == GM_OK && !x->disk_valid ? GM_ERR_IO : r;
 }
 
@@ -9942,7 +9950,7 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
         if (!v) v = gm__host_victim(tm, except, ctx->disk != NULL, 0);
         if (!v) break;
         if (!GM__HOLDS(v) && !v->disk_valid) {
-            if (gm__to_disk(ctx, tm, v) != GM_OK) break;
+            if (gm__to_disk(ctx, tm, v, 0) != GM_OK) break;
             tm->st.host_demotions++;
             gm__log(ctx, GM_LOG_DEBUG, "tier: tensor %#x (%zu bytes) written from the host tier to disk for room",
                     gm__handle_id(tm, v), v->bytes);
@@ -10108,7 +10116,7 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
             }
             gm__host_clean(ctx, tm);
         } else if (ctx->disk) {
-            r = gm__to_disk(ctx, tm, x);
+            r = gm__to_disk(ctx, tm, x, 0);
             if (r != GM_OK) return r;
         } else {
             gm__log(ctx, GM_LOG_WARN, "tier: host tier full (%zu of %zu bytes): a %zu-byte tensor stays on the device",
@@ -12533,10 +12541,7 @@ GPUMEM_API gm_result gm_tensor_evict_to(gm_context* ctx, gm_tensor h, gm_tier ti
         else if (!ctx->disk) r = GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: no disk tier (set disk_dir)");
         else {
             gm__dev_settle(ctx, tm, x);
-            r = gm__to_disk(ctx, tm, x);
-            if (r == GM_ERR_DISK_FULL || r == GM_ERR_HOST_OUT_OF_MEMORY) /* a failed write says so itself */
-                gm__log(ctx, GM_LOG_WARN, "tier: tensor %#x (%zu bytes) cannot go to disk (%s); it stays where it was",
-                        h.id, x->bytes, gm_result_string(r));
+            r = gm__to_disk(ctx, tm, x, 1);
         }
         if (r == GM_OK && x->dev) {
             gm__tier_count(tm, x, -1);
