@@ -9931,14 +9931,15 @@ static int gm__goes_around(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
 /* Room for `bytes` in the host tier: the pool, else host copies given up
    (after their write to disk when they are the only copy, waiting for it)
    until it fits. With `around`, for `except` leaving the device: none, when
-   except itself should go to disk instead (gm__goes_around). */
+   except itself should go to disk instead (gm__goes_around), asked before
+   each copy given up, not only the first: that one may go for free (the
+   device holds it too) and the next be one used sooner than except. */
 static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except, int around) {
     gm__block* b;
     if (gm__host_need(ctx, bytes) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
         gm__tensor* v;
-        if (around && gm__goes_around(ctx, tm, except)) return NULL;
-        around = 0;
+        if (around && gm__goes_around(ctx, tm, except)) return NULL; /* every copy that would leave, in turn */
         v = gm__host_victim(tm, except, 0, 0);
         if (!v && ctx->disk) { /* a write under way ends soonest: wait for it */
             gm__tensor* w = gm__write_soonest(ctx, tm);
