@@ -1033,7 +1033,7 @@ static void use_t(gm_context* ctx, gm_tensor t, size_t n, unsigned* seed, int wr
    held (for free) and the next an activation used a few acquires later,
    written to disk and read back at once: 0.51-0.55 of the working set a
    step through the disk each way, 0.41 after (bench/spill at full size:
-   724 and 632 MiB a step of 768). Every byte checked. */
+   724 and 632 MiB a step both ways together, of 768). Every byte checked. */
 static void test_around_each(void) {
     enum { B = 6, STEPS = 24, LAST = 4 };
     size_t u = 128 * KiB, sz[4 * B], ws = 0;
