@@ -9641,19 +9641,20 @@ static gm_result gm__disk_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm
    job) is said as a warning; one that fails says so itself. */
 static gm_result gm__to_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int asked) {
     gm__disk* dk = (gm__disk*)ctx->disk;
-    gm__block* e = NULL;
+    gm__block* e;
     gm_result r;
     if (x->job) (void)gm__io_wait(ctx, tm, x); /* a write under way may do */
     if (x->disk_valid) return GM_OK;
     if (!dk) return GM_ERR_UNSUPPORTED;
     if (!x->host_valid && !x->dev) return GM__MISUSE(ctx, GM_ERR_UNSUPPORTED, "tier: a tensor in managed memory stays there");
     if (!x->host_valid && x->blank) { /* blank on the device: an extent is the copy */
-        r = (e = gm__disk_alloc(ctx, dk, x->bytes)) != NULL ? GM_OK : GM_ERR_DISK_FULL;
-        if (e) {
+        r = GM_ERR_DISK_FULL;
+        if ((e = gm__disk_alloc(ctx, dk, x->bytes)) != NULL) {
             gm__tier_count(tm, x, -1);
             x->disk = e;
             x->disk_valid = 1;
             gm__tier_count(tm, x, 1);
+            r = GM_OK;
         }
     } else {
         r = x->host_valid ? gm__disk_behind(ctx, tm, x) : gm__dev_behind(ctx, tm, x);
@@ -9920,35 +9921,33 @@ static gm__tensor* gm__write_soonest(gm_context* ctx, gm__tier* tm) {
 }
 
 /* Learned order with a disk tier, x leaving the device and the host tier
-   full: whether x goes to disk itself, the host copy that would leave for
+   full: whether x goes to disk itself, the host copy v that would leave for
    it (one held nowhere else) being used sooner, as Belady's order says. */
-static int gm__goes_around(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
-    gm__tensor* v;
-    if (!ctx->disk || !GM__PLANNED(tm) || !(v = gm__host_victim(tm, x, 1, 0)) || GM__HOLDS(v)) return 0;
+static int gm__goes_around(const gm_context* ctx, const gm__tier* tm, const gm__tensor* x, const gm__tensor* v) {
+    if (!ctx->disk || !GM__PLANNED(tm) || !v || GM__HOLDS(v)) return 0;
     return gm__next_use(tm, (uint32_t)(v - tm->t)) < gm__next_use(tm, (uint32_t)(x - tm->t));
 }
 
 /* Room for `bytes` in the host tier: the pool, else host copies given up
    (after their write to disk when they are the only copy, waiting for it)
    until it fits. With `around`, for `except` leaving the device: none, when
-   except itself should go to disk instead (gm__goes_around), asked before
-   each copy given up, not only the first: that one may go for free (the
-   device holds it too) and the next be one used sooner than except. */
+   except itself should go to disk instead (gm__goes_around), asked of each
+   copy before it is given up, not only the first: that one may go for free
+   (the device holds it too) and the next be one used sooner than except. */
 static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except, int around) {
     gm__block* b;
     if (gm__host_need(ctx, bytes) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
-        gm__tensor* v;
-        if (around && gm__goes_around(ctx, tm, except)) return NULL; /* every copy that would leave, in turn */
-        v = gm__host_victim(tm, except, 0, 0);
-        if (!v && ctx->disk) { /* a write under way ends soonest: wait for it */
+        gm__tensor* v = gm__host_victim(tm, except, ctx->disk != NULL, 0); /* the cheapest copy to give up */
+        if (around && gm__goes_around(ctx, tm, except, v)) return NULL;
+        if (ctx->disk && (!v || (!GM__HOLDS(v) && !v->disk_valid))) { /* none goes without a write: a write under
+                                                                          way ends soonest, wait for it */
             gm__tensor* w = gm__write_soonest(ctx, tm);
             if (w) {
                 (void)gm__io_wait(ctx, tm, w);
                 continue;
             }
         }
-        if (!v) v = gm__host_victim(tm, except, ctx->disk != NULL, 0);
         if (!v) break;
         if (!GM__HOLDS(v) && !v->disk_valid) {
             if (gm__to_disk(ctx, tm, v, 0) != GM_OK) break;
