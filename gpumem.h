@@ -4025,14 +4025,18 @@ typedef struct gm__vpage {
 } gm__vpage;
 typedef struct gm__vseg {
     size_t gran, npages, nmapped;
+    unsigned gshift;        /* log2(gran) when gran is a power of two, else 0 (a division a page lookup) */
     size_t nused;           /* pages with ref > 0 */
     gm__sparse pg;          /* gm__vpage of each page; a page with users or flags lies in a made leaf */
     gm__sparse hd;          /* the backend's handle (void*) of each mapped page; leaves made with pg's */
-    uint32_t* q;            /* idle pages, oldest first (a ring of qcap >= the pages of pg's made leaves) */
+    uint32_t* q;            /* idle pages, oldest first (a ring of qcap >= the pages of pg's made leaves; a power of two) */
     size_t qcap, qhead, qlen;
 } gm__vseg;
 
 static const gm__vpage gm__vp_none = {0, 0, 0}; /* a page of a leaf not made: no users, unmapped */
+
+/* The page holding byte `off` of the segment. */
+static GM__HOT size_t gm__vpage_at(const gm__vseg* v, size_t off) { return v->gshift ? off >> v->gshift : off / v->gran; }
 
 /* Page p, to read (any page) or to write (one in a made leaf). */
 static GM__HOT const gm__vpage* gm__vp(const gm__vseg* v, size_t p) {
@@ -4061,7 +4065,7 @@ static int gm__vseg_make(gm__vseg* v, size_t first, size_t last) {
             uint32_t* q;
             while (cap < (v->pg.made + 1) * leaf) cap *= 2;
             if ((q = (uint32_t*)GPUMEM_MALLOC(cap * sizeof *q)) == NULL) return 0;
-            for (i = 0; i < v->qlen; i++) q[i] = v->q[(v->qhead + i) % v->qcap];
+            for (i = 0; i < v->qlen; i++) q[i] = v->q[(v->qhead + i) & (v->qcap - 1)];
             GPUMEM_FREE(v->q);
             v->q = q;
             v->qcap = cap;
@@ -4085,6 +4089,8 @@ static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
     if (!v) return NULL;
     v->gran = g;
     v->npages = size / g;
+    if (!(g & (g - 1)))
+        while (((size_t)1 << v->gshift) < g) v->gshift++;
     if (!gm__sparse_init(&v->pg, v->npages) || !gm__sparse_init(&v->hd, v->npages) || v->npages > 0xffffffffu ||
         ctx->be->va_reserve(ctx, &base, size) != GM_OK) {
         gm__vseg_free(v);
@@ -4101,11 +4107,20 @@ static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
     return seg;
 }
 
-static void gm__va_queue(gm__vseg* v, size_t p) {
-    gm__vpage* e = gm__vpw(v, p);
+/* Pages [p, last] that share p's leaf of the page tables: p's entry (NULL
+   when the leaf was never made), and their count in *n. The per-page loops below go a leaf
+   at a time through these, not a table lookup a page. */
+static GM__HOT gm__vpage* gm__vrun(gm__vseg* v, size_t p, size_t last, size_t* n) {
+    size_t leaf = (size_t)1 << v->pg.shift, m = leaf - (p & (leaf - 1));
+    *n = last - p + 1 < m ? last - p + 1 : m;
+    return gm__vpw(v, p);
+}
+
+/* Page p (entry e) joins the idle queue unless it is there (qcap is a power of two). */
+static GM__HOT void gm__va_queue(gm__vseg* v, gm__vpage* e, size_t p) {
     if (e->flags & GM__PG_QUEUED) return;
     e->flags |= GM__PG_QUEUED;
-    v->q[(v->qhead + v->qlen++) % v->qcap] = (uint32_t)p;
+    v->q[(v->qhead + v->qlen++) & (v->qcap - 1)] = (uint32_t)p;
 }
 
 /* Unmaps the n mapped pages from p on, in one backend call per leaf of
@@ -4136,16 +4151,20 @@ static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n, i
 }
 
 /* Pages [first, last] lose one user each; those left idle join the queue. */
-static void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int stamp) {
+static GM__HOT void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int stamp) {
     gm__vseg* v = seg->va;
-    size_t p, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
-    for (p = first; p <= last; p++) {
-        gm__vpage* e = gm__vpw(v, p);
-        if (--e->ref) continue;
-        v->nused--;
-        if (!(e->flags & GM__PG_MAPPED)) continue;
-        if (stamp) e->epoch = gm__owner(ctx, seg)->epoch;
-        gm__va_queue(v, p);
+    size_t p = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base), n, i;
+    uint64_t epoch = gm__owner(ctx, seg)->epoch;
+    while (p <= last) {
+        gm__vpage* e = gm__vrun(v, p, last, &n);
+        for (i = 0; i < n; i++, e++) {
+            if (--e->ref) continue;
+            v->nused--;
+            if (!(e->flags & GM__PG_MAPPED)) continue;
+            if (stamp) e->epoch = epoch;
+            gm__va_queue(v, e, p + i);
+        }
+        p += n;
     }
 }
 
@@ -4166,7 +4185,7 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed
                 gm__vpage* e = gm__vpw(v, p);
                 if (!e->ref && (e->flags & GM__PG_MAPPED) && !gm__epoch_safe(ctx, &ctx->ss[i], e->epoch, wait))
                     break; /* the younger pages behind it are not safe either */
-                v->qhead = (v->qhead + 1) % v->qcap;
+                v->qhead = (v->qhead + 1) & (v->qcap - 1);
                 v->qlen--;
                 e->flags &= (uint8_t)~GM__PG_QUEUED;
                 if (!e->ref && (e->flags & GM__PG_MAPPED)) {
@@ -4212,21 +4231,31 @@ static int64_t gm__va_keep(const gm_context* ctx, size_t gran) {
     return a + slack > peak ? a + slack : peak;
 }
 
+/* Whether mapping `need` bytes more would first give idle pages back:
+   reserved memory would pass gm__va_keep, the gc threshold or the budget. */
+static int gm__va_tight(const gm_context* ctx, int64_t need, size_t gran) {
+    int64_t cur = ctx->stats.reserved_bytes[GM_STAT_ALL].current + need;
+    return need > 0 && (cur > gm__va_keep(ctx, gran) || (uint64_t)cur > (uint64_t)ctx->budget ||
+                        (ctx->desc.gc_threshold > 0 && (double)cur > ctx->desc.gc_threshold * (double)ctx->budget));
+}
+
 /* Makes [addr, addr + size) of an expandable segment usable: its pages get
    one user more, and those not mapped are mapped, within the budget, after
    idle pages went back if reserved memory would pass gm__va_keep. */
 static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int wait) {
     gm__vseg* v = seg->va;
-    size_t p, k = 0, first = (addr - seg->base) / v->gran, last = (addr + size - 1 - seg->base) / v->gran;
+    size_t p, k = 0, n, i, first = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base);
     gm_result r = GM_OK;
     if (!gm__vseg_make(v, first, last)) {
         gm__log(ctx, GM_LOG_ERROR, "out of host memory for the page tables of an expandable segment");
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
-    for (p = first; p <= last; p++) { /* users first: the trim below must not take these */
-        gm__vpage* e = gm__vpw(v, p);
-        v->nused += !e->ref++;
-        if (!(e->flags & GM__PG_MAPPED)) k++;
+    for (p = first; p <= last; p += n) { /* users first: the trim below must not take these */
+        gm__vpage* e = gm__vrun(v, p, last, &n);
+        for (i = 0; i < n; i++, e++) {
+            v->nused += !e->ref++;
+            k += !(e->flags & GM__PG_MAPPED);
+        }
     }
     if (k) {
         int64_t need = (int64_t)(k * v->gran), keep = gm__va_keep(ctx, v->gran);
@@ -4266,7 +4295,7 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
             size_t q;
             for (q = first; q <= last; q++) v->nused -= !--gm__vpw(v, q)->ref;
             for (q = first; q <= last; q++)
-                if (!gm__vp(v, q)->ref && (gm__vp(v, q)->flags & GM__PG_MAPPED)) gm__va_queue(v, q);
+                if (!gm__vp(v, q)->ref && (gm__vp(v, q)->flags & GM__PG_MAPPED)) gm__va_queue(v, gm__vpw(v, q), q);
             return r;
         }
     }
@@ -4321,7 +4350,7 @@ static void gm__vseg_check(gm__ck* ck, const char* nm, const gm__seg* seg) {
                    gm__vp(v, first)->flags & GM__PG_MAPPED ? "mapped" : "unmapped");
     }
     for (i = 0; i < v->qlen && v->qlen <= v->qcap; i++) {
-        uint32_t q = v->q[(v->qhead + i) % v->qcap];
+        uint32_t q = v->q[(v->qhead + i) & (v->qcap - 1)];
         unq += q >= v->npages || !(gm__vp(v, q)->flags & GM__PG_QUEUED);
     }
     if (unq)
@@ -4753,10 +4782,16 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize, int soft
 }
 
 /* Expandable: the pages of [addr, addr + size) not mapped yet. */
-static size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) {
-    size_t p, k = 0;
-    for (p = (addr - seg->base) / seg->va->gran; p <= (addr + size - 1 - seg->base) / seg->va->gran; p++)
-        k += !(gm__vp(seg->va, p)->flags & GM__PG_MAPPED);
+static GM__HOT size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) {
+    gm__vseg* v = seg->va;
+    size_t p = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base), k = 0, n, i;
+    while (p <= last) {
+        const gm__vpage* e = gm__vrun(v, p, last, &n);
+        if (!e) k += n; /* a leaf not made: nothing of it is mapped */
+        else
+            for (i = 0; i < n; i++) k += !(e[i].flags & GM__PG_MAPPED);
+        p += n;
+    }
     return k;
 }
 
@@ -5881,11 +5916,18 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     ctx->nosync = (flags & GM__A_NOSYNC) != 0;
     ctx->grow_exact = GM__GROW_EXACT(flags);
     ctx->dev_err = GM_OK; /* this request's, from its first try on */
-    if (tc && tc->cached) /* a miss: best fit sees this thread's free blocks (expandable: */
-        gm__tc_give_own(ctx, tc); /* and their pages idle when a large one maps) */
+    /* A miss: best fit sees this thread's free blocks. A large request with
+       expandable segments cannot use the cached (small) ones: it gives them
+       back only when it maps pages past gm__va_keep, so that the trim may
+       take their pages; giving them back at every large request made each
+       step of a loop cache them again. */
+    if (tc && tc->cached && !(ctx->va_gran && pl == 1)) gm__tc_give_own(ctx, tc);
     if (ctx->pending && !ctx->nosync) gm__process_pending(ctx, 0);
     b = gm__pool_find(ctx, pl, si, rsize);
     if ((flags & GM__A_FIT) && b && (b->size != rsize || b->seg->va)) b = NULL;
+    if (tc && tc->cached && ctx->va_gran && pl == 1 &&
+        (!b || gm__va_tight(ctx, (int64_t)(gm__va_new_pages(b->seg, b->addr, rsize) * ctx->va_gran), ctx->va_gran)))
+        gm__tc_give_own(ctx, tc); /* the small pool's blocks: b, in the large pool, stays as it is */
     if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
     if (!b && !(flags & GM__A_FIT)) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
     else if (!b) r = GM_ERR_OUT_OF_MEMORY;
