@@ -4000,13 +4000,16 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
 /* >>expand ----------------------------------------------------------------
    Expandable segments: one reserved address range per pool and stream,
    whose pages are mapped when a block first lands on them and unmapped when
-   idle. Invariants: page p's ref counts the USED and PENDING blocks
-   touching it; ref > 0 implies mapped; nmapped counts the mapped pages,
-   nused those with ref > 0, and seg->mapped == nmapped * gran; every
-   mapped page with ref 0 is in the idle queue (which may also hold pages
-   used again since: they are skipped when reached); the page tables are
+   idle. Invariants: page p's users count the USED and PENDING blocks
+   whose first or last page it is, and p is marked inner when it lies
+   inside one of them, neither first nor last (then it has no users); a
+   page in use (users or inner) is mapped; nmapped counts the mapped pages,
+   nused those in use, and seg->mapped == nmapped * gran; every mapped
+   idle page is marked queued, and the pages marked queued are those of
+   the idle queue's runs, once each (the queue may hold pages used again
+   since, or unmapped: they are skipped when reached); the page tables are
    made a leaf at a time (gm__sparse) before a page of it gets a user, and
-   the queue has room for every page of the leaves made. A page is
+   the queue has room for a run for every page of the leaves made. A page is
    unmapped only once its stream is past the free that left it idle (the
    stream's fences), and idle pages are given back
    before reserved memory grows past gm__va_keep (its peak, or the peak of
@@ -4017,34 +4020,97 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
    where its best-fit hole has idle mapped pages (gm__va_take) rather than
    mapping new ones while others are unmapped, and idle pages next to each
    other go back in one backend call. */
-enum { GM__PG_MAPPED = 1, GM__PG_QUEUED = 2, GM__PG_TRIMMED = 4 /* unmapped by gm__va_keep's limit */ };
-typedef struct gm__vpage {
-    uint64_t epoch;         /* owner's epoch when the page fell idle */
-    uint32_t ref;
-    uint8_t flags;
-} gm__vpage;
+
+/* The page tables. A leaf covers L = 1 << pg.shift pages (at least 64) in
+   GM__VPAGE_BYTES a page: each page's epoch (uint64: its owner's epoch when
+   it fell idle), its users (uint32: the blocks in use whose first or last
+   page it is), then four bitmaps of L bits. A page inside a block in use,
+   neither its first nor its last, has no other user (blocks do not
+   overlap): it is marked inner instead of counted, so that a block costs
+   two counts and a few words of bits, not a count a page. A page is in use
+   when it has users or is inner. */
+enum { GM__VB_MAPPED, GM__VB_QUEUED, GM__VB_TRIMMED /* unmapped by gm__va_keep's limit */, GM__VB_INNER };
+#define GM__VPAGE_BYTES 16 /* 8 + 4 + 4 bits, rounded: L >= 64 leaves room for the bitmaps' whole words */
 typedef struct gm__vseg {
     size_t gran, npages, nmapped;
     unsigned gshift;        /* log2(gran) when gran is a power of two, else 0 (a division a page lookup) */
-    size_t nused;           /* pages with ref > 0 */
-    gm__sparse pg;          /* gm__vpage of each page; a page with users or flags lies in a made leaf */
+    size_t nused;           /* pages in use */
+    gm__sparse pg;          /* the leaves, GM__VPAGE_BYTES a page; a page in use, mapped or queued lies in a made leaf */
     gm__sparse hd;          /* the backend's handle (void*) of each mapped page; leaves made with pg's */
-    uint32_t* q;            /* idle pages, oldest first (a ring of qcap >= the pages of pg's made leaves; a power of two) */
+    uint64_t* q;            /* idle pages, oldest first: runs (first page | count << 32) in one leaf, in a ring of
+                               qcap (a power of two) >= the pages of pg's made leaves */
     size_t qcap, qhead, qlen;
 } gm__vseg;
 
-static const gm__vpage gm__vp_none = {0, 0, 0}; /* a page of a leaf not made: no users, unmapped */
+static GM__HOT size_t gm__vl_pages(const gm__vseg* v) { return (size_t)1 << v->pg.shift; }
+/* The leaf of page p (NULL: never made; nothing of it is used, mapped or queued). */
+static GM__HOT unsigned char* gm__vl(const gm__vseg* v, size_t p) { return v->pg.leaf[p >> v->pg.shift]; }
+static GM__HOT uint64_t* gm__vl_epoch(const gm__vseg* v, unsigned char* l) { (void)v; return (uint64_t*)(void*)l; }
+static GM__HOT uint32_t* gm__vl_ref(const gm__vseg* v, unsigned char* l) { return (uint32_t*)(void*)(l + 8 * gm__vl_pages(v)); }
+static GM__HOT uint64_t* gm__vl_bits(const gm__vseg* v, unsigned char* l, int which) {
+    return (uint64_t*)(void*)(l + 12 * gm__vl_pages(v)) + (size_t)which * (gm__vl_pages(v) / 64);
+}
+
+/* Bits [a, a + n) of a bitmap: how many are set; set or cleared; the first
+   from i before end where x & ~y (y may be NULL) is `one` (end if none). */
+static GM__HOT uint64_t gm__bits_mask(size_t a, size_t m) {
+    return (m >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << m) - 1)) << (a & 63);
+}
+static GM__HOT size_t gm__bits_count(const uint64_t* w, size_t a, size_t n) {
+    size_t c = 0;
+    while (n) {
+        size_t m = 64 - (a & 63) < n ? 64 - (a & 63) : n;
+        c += (size_t)__builtin_popcountll(w[a >> 6] & gm__bits_mask(a, m));
+        a += m;
+        n -= m;
+    }
+    return c;
+}
+static GM__HOT void gm__bits_put(uint64_t* w, size_t a, size_t n, int on) {
+    while (n) {
+        size_t m = 64 - (a & 63) < n ? 64 - (a & 63) : n;
+        if (on) w[a >> 6] |= gm__bits_mask(a, m);
+        else w[a >> 6] &= ~gm__bits_mask(a, m);
+        a += m;
+        n -= m;
+    }
+}
+static GM__HOT int gm__bit(const uint64_t* w, size_t i) { return (int)((w[i >> 6] >> (i & 63)) & 1); }
+static GM__HOT size_t gm__bits_find(const uint64_t* x, const uint64_t* y, size_t i, size_t end, int one) {
+    while (i < end) {
+        uint64_t w = x[i >> 6] & (y ? ~y[i >> 6] : ~(uint64_t)0);
+        if (!one) w = ~w;
+        w &= ~(uint64_t)0 << (i & 63);
+        if (w) {
+            size_t j = (i & ~(size_t)63) + (size_t)__builtin_ctzll(w);
+            return j < end ? j : end;
+        }
+        i = (i & ~(size_t)63) + 64;
+    }
+    return end;
+}
+
+/* Page p: mapped; in use; its users (p in a made leaf, for tests and the checker). */
+static int gm__vp_mapped(const gm__vseg* v, size_t p) {
+    unsigned char* l = gm__vl(v, p);
+    return l && gm__bit(gm__vl_bits(v, l, GM__VB_MAPPED), p & (gm__vl_pages(v) - 1));
+}
+static int gm__vp_used(const gm__vseg* v, size_t p) {
+    unsigned char* l = gm__vl(v, p);
+    size_t a = p & (gm__vl_pages(v) - 1);
+    return l && (gm__vl_ref(v, l)[a] || gm__bit(gm__vl_bits(v, l, GM__VB_INNER), a));
+}
+static uint32_t* gm__vref(const gm__vseg* v, size_t p) { return gm__vl_ref(v, gm__vl(v, p)) + (p & (gm__vl_pages(v) - 1)); }
 
 /* The page holding byte `off` of the segment. */
 static GM__HOT size_t gm__vpage_at(const gm__vseg* v, size_t off) { return v->gshift ? off >> v->gshift : off / v->gran; }
 
-/* Page p, to read (any page) or to write (one in a made leaf). */
-static GM__HOT const gm__vpage* gm__vp(const gm__vseg* v, size_t p) {
-    const gm__vpage* e = (const gm__vpage*)gm__sparse_at(&v->pg, p, sizeof *e);
-    return e ? e : &gm__vp_none;
+/* Pages [p, last] that share p's leaf: their count, and p's place in it in *a. */
+static GM__HOT size_t gm__vchunk(const gm__vseg* v, size_t p, size_t last, size_t* a) {
+    size_t L = gm__vl_pages(v);
+    *a = p & (L - 1);
+    return last - p + 1 < L - *a ? last - p + 1 : L - *a;
 }
-static GM__HOT gm__vpage* gm__vpw(gm__vseg* v, size_t p) { return (gm__vpage*)gm__sparse_at(&v->pg, p, sizeof(gm__vpage)); }
-static void** gm__vhd(gm__vseg* v, size_t p) { return (void**)gm__sparse_at(&v->hd, p, sizeof(void*)); }
 
 static void gm__vseg_free(gm__vseg* v) {
     if (!v) return;
@@ -4057,21 +4123,21 @@ static void gm__vseg_free(gm__vseg* v) {
 /* The leaves of pages [first, last] made, and the idle queue grown to
    cover them: 0 when host memory ran out (what was made stays, empty). */
 static int gm__vseg_make(gm__vseg* v, size_t first, size_t last) {
-    size_t p, leaf = (size_t)1 << v->pg.shift;
+    size_t p, leaf = gm__vl_pages(v);
     for (p = first / leaf * leaf; p <= last; p += leaf) {
-        if (gm__sparse_at(&v->pg, p, sizeof(gm__vpage))) continue;
+        if (gm__vl(v, p)) continue;
         if (v->qcap < (v->pg.made + 1) * leaf) { /* the ring, oldest first, into a larger one */
             size_t cap = v->qcap ? v->qcap : leaf, i;
-            uint32_t* q;
+            uint64_t* q;
             while (cap < (v->pg.made + 1) * leaf) cap *= 2;
-            if ((q = (uint32_t*)GPUMEM_MALLOC(cap * sizeof *q)) == NULL) return 0;
+            if ((q = (uint64_t*)GPUMEM_MALLOC(cap * sizeof *q)) == NULL) return 0;
             for (i = 0; i < v->qlen; i++) q[i] = v->q[(v->qhead + i) & (v->qcap - 1)];
             GPUMEM_FREE(v->q);
             v->q = q;
             v->qcap = cap;
             v->qhead = 0;
         }
-        if (!gm__sparse_make(&v->hd, p, sizeof(void*)) || !gm__sparse_make(&v->pg, p, sizeof(gm__vpage))) return 0;
+        if (!gm__sparse_make(&v->hd, p, sizeof(void*)) || !gm__sparse_make(&v->pg, p, GM__VPAGE_BYTES)) return 0;
     }
     return 1;
 }
@@ -4091,7 +4157,9 @@ static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
     v->npages = size / g;
     if (!(g & (g - 1)))
         while (((size_t)1 << v->gshift) < g) v->gshift++;
-    if (!gm__sparse_init(&v->pg, v->npages) || !gm__sparse_init(&v->hd, v->npages) || v->npages > 0xffffffffu ||
+    /* leaves of at least 64 pages (whole words of bits), the handles' the same */
+    if (!gm__sparse_init(&v->pg, v->npages < 64 ? 64 : v->npages) ||
+        !gm__sparse_init(&v->hd, v->npages < 64 ? 64 : v->npages) || v->npages > 0xffffffffu ||
         ctx->be->va_reserve(ctx, &base, size) != GM_OK) {
         gm__vseg_free(v);
         return NULL;
@@ -4107,38 +4175,39 @@ static gm__seg* gm__vseg_open(gm_context* ctx, int pl, uint32_t si) {
     return seg;
 }
 
-/* Pages [p, last] that share p's leaf of the page tables: p's entry (NULL
-   when the leaf was never made), and their count in *n. The per-page loops below go a leaf
-   at a time through these, not a table lookup a page. */
-static GM__HOT gm__vpage* gm__vrun(gm__vseg* v, size_t p, size_t last, size_t* n) {
-    size_t leaf = (size_t)1 << v->pg.shift, m = leaf - (p & (leaf - 1));
-    *n = last - p + 1 < m ? last - p + 1 : m;
-    return gm__vpw(v, p);
-}
-
-/* Page p (entry e) joins the idle queue unless it is there (qcap is a power of two). */
-static GM__HOT void gm__va_queue(gm__vseg* v, gm__vpage* e, size_t p) {
-    if (e->flags & GM__PG_QUEUED) return;
-    e->flags |= GM__PG_QUEUED;
-    v->q[(v->qhead + v->qlen++) & (v->qcap - 1)] = (uint32_t)p;
+/* Pages [p, p + n) of one leaf (l, from a) join the idle queue: those
+   mapped, idle and not queued, a run an entry. */
+static GM__HOT void gm__va_queue(gm__vseg* v, unsigned char* l, size_t p, size_t a, size_t n) {
+    uint64_t *m = gm__vl_bits(v, l, GM__VB_MAPPED), *qd = gm__vl_bits(v, l, GM__VB_QUEUED);
+    size_t i = a, end = a + n, j;
+    const uint64_t* in = gm__vl_bits(v, l, GM__VB_INNER);
+    const uint32_t* r = gm__vl_ref(v, l);
+    while ((i = gm__bits_find(m, qd, i, end, 1)) < end) { /* mapped, not queued */
+        for (j = i; j < end && gm__bit(m, j) && !gm__bit(qd, j) && !r[j] && !gm__bit(in, j); j++) {}
+        if (j == i) { /* in use */
+            i++;
+            continue;
+        }
+        gm__bits_put(qd, i, j - i, 1);
+        v->q[(v->qhead + v->qlen++) & (v->qcap - 1)] = (uint64_t)(p - a + i) | (uint64_t)(j - i) << 32;
+        i = j;
+    }
 }
 
 /* Unmaps the n mapped pages from p on, in one backend call per leaf of
    the page tables (they stay in the idle queue, skipped when reached),
-   marking them GM__PG_TRIMMED when gm__va_keep's limit asked (`trimmed`).
+   marking them trimmed when gm__va_keep's limit asked (`trimmed`).
    Returns whether all went. */
 static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n, int trimmed) {
     gm__vseg* v = seg->va;
-    size_t leaf = (size_t)1 << v->hd.shift;
     while (n) {
-        size_t m = leaf - p % leaf < n ? leaf - p % leaf : n, done = 0, q;
-        void** h = gm__vhd(v, p);
+        size_t a, m = gm__vchunk(v, p, p + n - 1, &a), done = 0, q;
+        unsigned char* l = gm__vl(v, p);
+        void** h = (void**)gm__sparse_at(&v->hd, p, sizeof(void*));
         gm_result r = ctx->be->va_unmap(ctx, (void*)(seg->base + p * v->gran), m * v->gran, h, &done);
-        for (q = 0; q < done; q++) {
-            gm__vpage* e = gm__vpw(v, p + q);
-            e->flags = (uint8_t)((e->flags & ~GM__PG_MAPPED) | (trimmed ? GM__PG_TRIMMED : 0));
-            h[q] = NULL;
-        }
+        gm__bits_put(gm__vl_bits(v, l, GM__VB_MAPPED), a, done, 0);
+        if (trimmed) gm__bits_put(gm__vl_bits(v, l, GM__VB_TRIMMED), a, done, 1);
+        for (q = 0; q < done; q++) h[q] = NULL;
         v->nmapped -= done;
         gm__arena_remap(seg->arena, seg, -(int64_t)(done * v->gran));
         ctx->stats.num_device_free++;
@@ -4150,21 +4219,31 @@ static int gm__va_unmap_run(gm_context* ctx, gm__seg* seg, size_t p, size_t n, i
     return 1;
 }
 
-/* Pages [first, last] lose one user each; those left idle join the queue. */
+/* [addr, addr + size), a block's, loses its use: its first and last pages
+   a user each, the pages between their inner mark; with stamp, the pages
+   left idle take the owner's epoch; those mapped join the idle queue. */
 static GM__HOT void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int stamp) {
     gm__vseg* v = seg->va;
-    size_t p = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base), n, i;
+    size_t f = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base), p, a, n, i;
     uint64_t epoch = gm__owner(ctx, seg)->epoch;
-    while (p <= last) {
-        gm__vpage* e = gm__vrun(v, p, last, &n);
-        for (i = 0; i < n; i++, e++) {
-            if (--e->ref) continue;
-            v->nused--;
-            if (!(e->flags & GM__PG_MAPPED)) continue;
-            if (stamp) e->epoch = epoch;
-            gm__va_queue(v, e, p + i);
+    for (p = f; p <= last; p += n) {
+        unsigned char* l = gm__vl(v, p);
+        uint32_t* r = gm__vl_ref(v, l);
+        size_t lo, hi; /* the inner pages of this leaf: [lo, hi) */
+        n = gm__vchunk(v, p, last, &a);
+        lo = a, hi = a + n;
+        if (p == f) v->nused -= !--r[lo++];
+        if (p + n - 1 == last && last != f) v->nused -= !--r[--hi];
+        if (hi > lo) {
+            gm__bits_put(gm__vl_bits(v, l, GM__VB_INNER), lo, hi - lo, 0);
+            v->nused -= hi - lo;
         }
-        p += n;
+        if (stamp) {
+            uint64_t* ep = gm__vl_epoch(v, l);
+            for (i = a; i < a + n; i++)
+                if (!r[i]) ep[i] = epoch; /* a first or last page others still use is not idle */
+        }
+        gm__va_queue(v, l, p, a, n);
     }
 }
 
@@ -4181,20 +4260,24 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed
             gm__seg* seg = ctx->ss[i].vseg[pl];
             gm__vseg* v = seg ? seg->va : NULL;
             while (v && v->qlen && ctx->stats.reserved_bytes[GM_STAT_ALL].current > target) {
-                size_t p = v->q[v->qhead];
-                gm__vpage* e = gm__vpw(v, p);
-                if (!e->ref && (e->flags & GM__PG_MAPPED) && !gm__epoch_safe(ctx, &ctx->ss[i], e->epoch, wait))
+                uint64_t* ent = &v->q[v->qhead];
+                size_t p = (uint32_t)*ent, L = gm__vl_pages(v);
+                unsigned char* l = gm__vl(v, p);
+                int idle = !gm__vp_used(v, p) && gm__vp_mapped(v, p);
+                if (idle && !gm__epoch_safe(ctx, &ctx->ss[i], gm__vl_epoch(v, l)[p & (L - 1)], wait))
                     break; /* the younger pages behind it are not safe either */
-                v->qhead = (v->qhead + 1) & (v->qcap - 1);
-                v->qlen--;
-                e->flags &= (uint8_t)~GM__PG_QUEUED;
-                if (!e->ref && (e->flags & GM__PG_MAPPED)) {
+                if ((*ent >> 32) > 1) *ent = (uint64_t)(p + 1) | ((*ent >> 32) - 1) << 32; /* the run's next page */
+                else {
+                    v->qhead = (v->qhead + 1) & (v->qcap - 1);
+                    v->qlen--;
+                }
+                gm__bits_put(gm__vl_bits(v, l, GM__VB_QUEUED), p & (L - 1), 1, 0);
+                if (idle) {
                     size_t n = 1;
                     int64_t over = ctx->stats.reserved_bytes[GM_STAT_ALL].current - target;
-                    const gm__vpage* f;
                     while (p + n < v->npages && (int64_t)((n + 1) * v->gran) <= over + (int64_t)v->gran - 1 &&
-                           !(f = gm__vp(v, p + n))->ref && (f->flags & GM__PG_MAPPED) &&
-                           gm__epoch_safe(ctx, &ctx->ss[i], f->epoch, 0))
+                           !gm__vp_used(v, p + n) && gm__vp_mapped(v, p + n) &&
+                           gm__epoch_safe(ctx, &ctx->ss[i], gm__vl_epoch(v, gm__vl(v, p + n))[(p + n) & (L - 1)], 0))
                         n++;
                     if (!gm__va_unmap_run(ctx, seg, p, n, trimmed)) return freed;
                     freed += n * v->gran;
@@ -4204,11 +4287,10 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed
     }
     return freed;
 }
-
 /* How much reserved memory idle pages may make before they go back: the
    peak of reserved memory, or, if more, the peak of allocated memory plus
    a slack of 1/GM__VA_SLACK of it (whole pages). Pages this limit gave back
-   (GM__PG_TRIMMED) and that are mapped again are churn: a loop whose blocks
+   (marked trimmed) and that are mapped again are churn: a loop whose blocks
    land a little differently each step maps at its peak while others fall
    idle, and would unmap and map again step after step; on a GPU every
    page is driver calls of 30-100 us (bench/vmm, an H200). Each such page
@@ -4239,23 +4321,31 @@ static int gm__va_tight(const gm_context* ctx, int64_t need, size_t gran) {
                         (ctx->desc.gc_threshold > 0 && (double)cur > ctx->desc.gc_threshold * (double)ctx->budget));
 }
 
-/* Makes [addr, addr + size) of an expandable segment usable: its pages get
-   one user more, and those not mapped are mapped, within the budget, after
-   idle pages went back if reserved memory would pass gm__va_keep. */
+/* Makes [addr, addr + size) of an expandable segment usable: its first
+   and last pages get a user more, those between are marked inner, and the
+   pages not mapped are mapped, within the budget, after idle pages went
+   back if reserved memory would pass gm__va_keep. */
 static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, size_t size, int wait) {
     gm__vseg* v = seg->va;
-    size_t p, k = 0, n, i, first = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base);
+    size_t p, k = 0, n, a, f = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base);
     gm_result r = GM_OK;
-    if (!gm__vseg_make(v, first, last)) {
+    if (!gm__vseg_make(v, f, last)) {
         gm__log(ctx, GM_LOG_ERROR, "out of host memory for the page tables of an expandable segment");
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
-    for (p = first; p <= last; p += n) { /* users first: the trim below must not take these */
-        gm__vpage* e = gm__vrun(v, p, last, &n);
-        for (i = 0; i < n; i++, e++) {
-            v->nused += !e->ref++;
-            k += !(e->flags & GM__PG_MAPPED);
+    for (p = f; p <= last; p += n) { /* users first: the trim below must not take these */
+        unsigned char* l = gm__vl(v, p);
+        uint32_t* u = gm__vl_ref(v, l);
+        size_t lo, hi;
+        n = gm__vchunk(v, p, last, &a);
+        lo = a, hi = a + n;
+        if (p == f) v->nused += !u[lo++]++; /* a first or last page is no other block's inner page */
+        if (p + n - 1 == last && last != f) v->nused += !u[--hi]++;
+        if (hi > lo) { /* inner pages: idle until now */
+            gm__bits_put(gm__vl_bits(v, l, GM__VB_INNER), lo, hi - lo, 1);
+            v->nused += hi - lo;
         }
+        k += n - gm__bits_count(gm__vl_bits(v, l, GM__VB_MAPPED), a, n);
     }
     if (k) {
         int64_t need = (int64_t)(k * v->gran), keep = gm__va_keep(ctx, v->gran);
@@ -4270,32 +4360,29 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget)
             gm__va_trim(ctx, (int64_t)ctx->budget - need, wait, 0);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) r = GM_ERR_OUT_OF_MEMORY;
-        for (p = first; p <= last && r == GM_OK;) { /* each run of unmapped pages in one call (per leaf) */
-            size_t e = p, q, leaf = (size_t)1 << v->hd.shift;
-            if (gm__vp(v, p)->flags & GM__PG_MAPPED) {
-                p++;
-                continue;
+        for (p = f; p <= last && r == GM_OK; p += n) { /* each run of unmapped pages in one call (per leaf) */
+            unsigned char* l = gm__vl(v, p);
+            uint64_t *m = gm__vl_bits(v, l, GM__VB_MAPPED), *t = gm__vl_bits(v, l, GM__VB_TRIMMED);
+            size_t i, e, tr;
+            n = gm__vchunk(v, p, last, &a);
+            for (i = a; r == GM_OK && (i = gm__bits_find(m, NULL, i, a + n, 0)) < a + n; i = e) {
+                e = gm__bits_find(m, NULL, i, a + n, 1);
+                r = ctx->be->va_map(ctx, (void*)(seg->base + (p - a + i) * v->gran), (e - i) * v->gran,
+                                    (void**)gm__sparse_at(&v->hd, p - a + i, sizeof(void*)));
+                if (r != GM_OK) break;
+                if ((tr = gm__bits_count(t, i, e - i)) != 0) { /* the limit gave them back; they are needed again */
+                    ctx->va_extra = ctx->va_extra + tr * v->gran < extra_cap ? ctx->va_extra + tr * v->gran : extra_cap;
+                    gm__bits_put(t, i, e - i, 0);
+                }
+                gm__bits_put(m, i, e - i, 1);
+                v->nmapped += e - i;
+                gm__arena_remap(seg->arena, seg, (int64_t)((e - i) * v->gran));
+                ctx->stats.num_device_alloc++;
+                ctx->stats.num_pages_mapped += (int64_t)(e - i);
             }
-            while (e + 1 <= last && (e + 1) % leaf && !(gm__vp(v, e + 1)->flags & GM__PG_MAPPED)) e++;
-            r = ctx->be->va_map(ctx, (void*)(seg->base + p * v->gran), (e - p + 1) * v->gran, gm__vhd(v, p));
-            if (r != GM_OK) break;
-            for (q = p; q <= e; q++) {
-                gm__vpage* w = gm__vpw(v, q);
-                if (w->flags & GM__PG_TRIMMED) /* the limit gave it back; it is needed again */
-                    ctx->va_extra = ctx->va_extra + v->gran < extra_cap ? ctx->va_extra + v->gran : extra_cap;
-                w->flags = (uint8_t)((w->flags & ~GM__PG_TRIMMED) | GM__PG_MAPPED);
-            }
-            v->nmapped += e - p + 1;
-            gm__arena_remap(seg->arena, seg, (int64_t)((e - p + 1) * v->gran));
-            ctx->stats.num_device_alloc++;
-            ctx->stats.num_pages_mapped += (int64_t)(e - p + 1);
-            p = e + 1;
         }
         if (r != GM_OK) { /* undo the users; pages this call mapped stay, idle and queued */
-            size_t q;
-            for (q = first; q <= last; q++) v->nused -= !--gm__vpw(v, q)->ref;
-            for (q = first; q <= last; q++)
-                if (!gm__vp(v, q)->ref && (gm__vp(v, q)->flags & GM__PG_MAPPED)) gm__va_queue(v, gm__vpw(v, q), q);
+            gm__va_unref(ctx, seg, addr, size, 0);
             return r;
         }
     }
@@ -4307,56 +4394,67 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
 static void gm__vseg_check(gm__ck* ck, const char* nm, const gm__seg* seg) {
     const gm__vseg* v = seg->va;
     const gm__block* b;
-    size_t leaf = (size_t)1 << v->pg.shift, np = v->pg.nleaf * leaf, p, mapped = 0, queued = 0, used = 0, i, off = 0,
-           nbad = 0, first = 0, unq = 0, made = 0;
-    gm__sparse want; /* users per page, recounted from the blocks, in leaves like pg's */
-    if (!gm__sparse_init(&want, v->npages)) return; /* no host memory to recount with */
+    size_t leaf = gm__vl_pages(v), np = v->pg.nleaf * leaf, p, mapped = 0, queued = 0, used = 0, i, off = 0,
+           nbad = 0, first = 0, unq = 0, inq = 0, made = 0;
+    gm__sparse want; /* per page, recounted from the blocks: its users, and the blocks it is inside */
+    if (!gm__sparse_init(&want, v->npages < 64 ? 64 : v->npages)) return; /* no host memory to recount with */
     for (b = seg->first; b; b = b->next) {
+        size_t f, last;
         if (b->state == GM__FREE || !b->size || b->addr < seg->base || b->size > seg->size ||
             b->addr - seg->base > seg->size - b->size)
             continue; /* a block off its segment: the arena's own check says so */
         off = b->addr - seg->base;
-        for (p = off / v->gran; p <= (off + b->size - 1) / v->gran && p < v->npages; p++) {
-            uint32_t* w = (uint32_t*)gm__sparse_make(&want, p, sizeof *w);
+        f = off / v->gran, last = (off + b->size - 1) / v->gran;
+        for (p = f; p <= last && p < v->npages; p++) {
+            uint32_t* w = (uint32_t*)gm__sparse_make(&want, p, 2 * sizeof *w);
             if (!w) goto out;
-            (*w)++;
+            w[p != f && p != last]++;
         }
     }
     for (p = 0; p < np; p += leaf) {
         size_t e;
-        const uint32_t* wl = (const uint32_t*)gm__sparse_at(&want, p, sizeof *wl);
-        if (!gm__sparse_at(&v->pg, p, sizeof(gm__vpage))) { /* no leaf: no users, nothing mapped */
+        const uint32_t* wl = (const uint32_t*)gm__sparse_at(&want, p, 2 * sizeof *wl);
+        unsigned char* l = gm__vl(v, p);
+        if (!l) { /* no leaf: no users, nothing mapped */
             if (wl)
                 for (e = 0; e < leaf; e++)
-                    if (wl[e] && !nbad++) first = p + e;
+                    if ((wl[2 * e] || wl[2 * e + 1]) && !nbad++) first = p + e;
             continue;
         }
         made++;
-        for (e = p; e < p + leaf && e < v->npages; e++) {
-            const gm__vpage* g = gm__vp(v, e);
-            uint32_t want_e = wl ? wl[e - p] : 0;
-            int m = (g->flags & GM__PG_MAPPED) != 0;
+        for (e = 0; e < leaf && p + e < v->npages; e++) {
+            uint32_t wu = wl ? wl[2 * e] : 0, wi = wl ? wl[2 * e + 1] : 0, u = gm__vl_ref(v, l)[e];
+            int m = gm__bit(gm__vl_bits(v, l, GM__VB_MAPPED), e), in = gm__bit(gm__vl_bits(v, l, GM__VB_INNER), e),
+                q = gm__bit(gm__vl_bits(v, l, GM__VB_QUEUED), e);
             mapped += (size_t)m;
-            used += g->ref > 0;
-            queued += (g->flags & GM__PG_QUEUED) != 0;
-            if ((want_e != g->ref || (g->ref && !m) || (m && !g->ref && !(g->flags & GM__PG_QUEUED))) && !nbad++)
-                first = e;
+            used += u || in;
+            queued += (size_t)q;
+            if ((wu != u || wi != (uint32_t)in || (in && u) || ((u || in) && !m) || (m && !u && !in && !q)) && !nbad++)
+                first = p + e;
         }
     }
     if (nbad) {
-        const uint32_t* w = (const uint32_t*)gm__sparse_at(&want, first, sizeof *w);
+        const uint32_t* w = (const uint32_t*)gm__sparse_at(&want, first, 2 * sizeof *w);
+        unsigned char* l = gm__vl(v, first);
         gm__broken(ck, "%s: expandable segment %#lx: %zu pages disagree with its blocks; page %zu has %u users, %u "
-                   "counted, %s", nm, (unsigned long)seg->base, nbad, first, w ? *w : 0, gm__vp(v, first)->ref,
-                   gm__vp(v, first)->flags & GM__PG_MAPPED ? "mapped" : "unmapped");
+                   "counted, %s", nm, (unsigned long)seg->base, nbad, first, w ? w[0] + w[1] : 0,
+                   l ? *gm__vref(v, first) + (uint32_t)gm__bit(gm__vl_bits(v, l, GM__VB_INNER), first & (leaf - 1)) : 0,
+                   gm__vp_mapped(v, first) ? "mapped" : "unmapped");
     }
-    for (i = 0; i < v->qlen && v->qlen <= v->qcap; i++) {
-        uint32_t q = v->q[(v->qhead + i) & (v->qcap - 1)];
-        unq += q >= v->npages || !(gm__vp(v, q)->flags & GM__PG_QUEUED);
+    for (i = 0; i < v->qlen && v->qlen <= v->qcap; i++) { /* every run's pages marked queued, once */
+        uint64_t r = v->q[(v->qhead + i) & (v->qcap - 1)];
+        size_t q0 = (uint32_t)r, n = (size_t)(r >> 32), a;
+        unsigned char* l = q0 < v->npages ? gm__vl(v, q0) : NULL;
+        if (!l || !n || gm__vchunk(v, q0, q0 + n - 1, &a) != n ||
+            gm__bits_count(gm__vl_bits(v, l, GM__VB_QUEUED), a, n) != n)
+            unq++;
+        else
+            inq += n;
     }
     if (unq)
-        gm__broken(ck, "%s: expandable segment %#lx: %zu pages in its idle queue are not marked queued", nm,
+        gm__broken(ck, "%s: expandable segment %#lx: %zu runs in its idle queue are not marked queued", nm,
                    (unsigned long)seg->base, unq);
-    if (made != v->pg.made || v->qcap < made * leaf)
+    if (made != v->pg.made || v->qcap < made * leaf || (v->qcap & (v->qcap - 1)))
         gm__broken(ck, "%s: expandable segment %#lx: %zu page-table leaves, %zu counted, an idle queue of %zu", nm,
                    (unsigned long)seg->base, made, v->pg.made, v->qcap);
     if (mapped != v->nmapped)
@@ -4368,20 +4466,21 @@ static void gm__vseg_check(gm__ck* ck, const char* nm, const gm__seg* seg) {
     if (seg->mapped != mapped * v->gran)
         gm__broken(ck, "%s: expandable segment %#lx counts %zu bytes mapped, its pages %zu", nm,
                    (unsigned long)seg->base, seg->mapped, mapped * v->gran);
-    if (queued != v->qlen)
+    if (!unq && queued != inq)
         gm__broken(ck, "%s: expandable segment %#lx: %zu pages marked queued, the idle queue holds %zu", nm,
-                   (unsigned long)seg->base, queued, v->qlen);
+                   (unsigned long)seg->base, queued, inq);
 out:
     gm__sparse_free(&want, 0);
 }
 
 /* One past the last mapped page of an expandable segment (0: none). */
 static size_t gm__vseg_end(const gm__vseg* v) {
-    size_t leaf = (size_t)1 << v->pg.shift, l = v->pg.nleaf, p;
+    size_t leaf = gm__vl_pages(v), l = v->pg.nleaf, w;
     while (l--) {
-        if (!gm__sparse_at(&v->pg, l * leaf, sizeof(gm__vpage))) continue;
-        for (p = (l + 1) * leaf < v->npages ? (l + 1) * leaf : v->npages; p > l * leaf; p--)
-            if (gm__vp(v, p - 1)->flags & GM__PG_MAPPED) return p;
+        unsigned char* lf = v->pg.leaf[l];
+        const uint64_t* m = lf ? gm__vl_bits(v, lf, GM__VB_MAPPED) : NULL;
+        for (w = leaf / 64; m && w--;)
+            if (m[w]) return l * leaf + w * 64 + 64 - (size_t)__builtin_clzll(m[w]);
     }
     return 0;
 }
@@ -4389,14 +4488,17 @@ static size_t gm__vseg_end(const gm__vseg* v) {
 /* Unmaps every page and gives the address range back (shutdown). */
 static void gm__vseg_close(gm_context* ctx, gm__seg* seg) {
     gm__vseg* v = seg->va;
-    size_t p, end = gm__vseg_end(v);
-    for (p = 0; p < end && v->nmapped; p++)
-        if (gm__vp(v, p)->flags & GM__PG_MAPPED) {
-            size_t n = 1;
-            while (p + n < end && (gm__vp(v, p + n)->flags & GM__PG_MAPPED)) n++;
-            (void)gm__va_unmap_run(ctx, seg, p, n, 0);
-            p += n - 1;
+    size_t p = 0, end = gm__vseg_end(v);
+    while (p < end && v->nmapped) {
+        size_t a, n = gm__vchunk(v, p, end - 1, &a), i, e;
+        unsigned char* l = gm__vl(v, p);
+        const uint64_t* m = l ? gm__vl_bits(v, l, GM__VB_MAPPED) : NULL;
+        for (i = a; m && (i = gm__bits_find(m, NULL, i, a + n, 1)) < a + n; i = e) {
+            e = gm__bits_find(m, NULL, i, a + n, 0);
+            (void)gm__va_unmap_run(ctx, seg, p - a + i, e - i, 0);
         }
+        p += n;
+    }
     ctx->be->va_release(ctx, (void*)seg->base, seg->size);
     gm__vseg_free(v);
     seg->va = NULL;
@@ -4783,14 +4885,12 @@ static void gm__oom_message(gm_context* ctx, size_t size, size_t rsize, int soft
 
 /* Expandable: the pages of [addr, addr + size) not mapped yet. */
 static GM__HOT size_t gm__va_new_pages(const gm__seg* seg, uintptr_t addr, size_t size) {
-    gm__vseg* v = seg->va;
-    size_t p = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base), k = 0, n, i;
-    while (p <= last) {
-        const gm__vpage* e = gm__vrun(v, p, last, &n);
-        if (!e) k += n; /* a leaf not made: nothing of it is mapped */
-        else
-            for (i = 0; i < n; i++) k += !(e[i].flags & GM__PG_MAPPED);
-        p += n;
+    const gm__vseg* v = seg->va;
+    size_t p = gm__vpage_at(v, addr - seg->base), last = gm__vpage_at(v, addr + size - 1 - seg->base), k = 0, n, a;
+    for (; p <= last; p += n) {
+        unsigned char* l = gm__vl(v, p);
+        n = gm__vchunk(v, p, last, &a);
+        k += n - (l ? gm__bits_count(gm__vl_bits(v, l, GM__VB_MAPPED), a, n) : 0); /* a leaf not made: none mapped */
     }
     return k;
 }
@@ -6641,11 +6741,11 @@ GPUMEM_API size_t gm_snapshot(gm_context* ctx, char* buf, size_t cap) {
                 int fr = 1;
                 gm__bprintf(&b, "\"pages\":[");
                 while (p < limit / s->va->gran) {
-                    if (!(gm__vp(s->va, p)->flags & GM__PG_MAPPED)) {
+                    if (!gm__vp_mapped(s->va, p)) {
                         p++;
                         continue;
                     }
-                    for (e = p; e < limit / s->va->gran && (gm__vp(s->va, e)->flags & GM__PG_MAPPED); e++) {}
+                    for (e = p; e < limit / s->va->gran && gm__vp_mapped(s->va, e); e++) {}
                     gm__bprintf(&b, "%s[%zu,%zu]", fr ? "" : ",", p * s->va->gran, (e - p) * s->va->gran);
                     fr = 0;
                     p = e;
@@ -10614,7 +10714,7 @@ static void gm__place_scan(const gm_context* ctx, const gm__tier* tm, gm__seg* s
             if (seg->va) {
                 const gm__vseg* v = seg->va;
                 for (p = (w.at - seg->base) / v->gran; p <= (end - 1 - seg->base) / v->gran; p++) {
-                    w.pages += !(gm__vp(v, p)->flags & GM__PG_MAPPED);
+                    w.pages += !gm__vp_mapped(v, p);
                     w.claim += p >= nheld || !held[p];
                 }
                 if (w.pages > spare) continue;

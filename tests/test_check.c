@@ -157,9 +157,9 @@ static void test_expandable(void) {
     T_CHECK(sg != NULL);
     if (sg) {
         gm__vseg* v = sg->va;
-        gm__vpw(v, 0)->ref++;
+        (*gm__vref(v, 0))++;
         expect(ctx, "pages disagree with its blocks; page 0 has 1 users, 2 counted, mapped");
-        gm__vpw(v, 0)->ref--;
+        (*gm__vref(v, 0))--;
         v->nmapped++;
         expect(ctx, "pages mapped, ");
         v->nmapped--;

@@ -286,6 +286,80 @@ static void test_thread_cache(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A large request cannot use the thread's cached small blocks (they lie
+   in the small pool): where its pages are mapped already, it leaves them
+   cached, for the next small request to take without the lock. It gave
+   them back at every large request once, and the loop cached them again. */
+static void test_large_leaves_cache(void) {
+    gm_context* ctx = exp_ctx(0);
+    void *a, *a2, *big;
+    gm__tcache* tc;
+    T_OK(gm_alloc(ctx, &a, 1000, NULL));
+    T_OK(gm_alloc(ctx, &big, 8 * MiB, NULL)); /* both pools' pages mapped at the peak */
+    T_OK(gm_free(ctx, a));
+    T_OK(gm_free(ctx, big));
+    tc = ctx->tcs;
+    T_CHECK(!GM__TC || (tc != NULL && tc->cached == gm__round_req(1000)));
+    T_OK(gm_alloc(ctx, &big, 8 * MiB, NULL)); /* its pages idle and mapped: nothing to map */
+    T_CHECK(!GM__TC || (tc != NULL && tc->cached == gm__round_req(1000)));
+    T_OK(gm_alloc(ctx, &a2, 1000, NULL)); /* from the cache */
+    T_EQ((char*)a2, (char*)a);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_free(ctx, a2));
+    T_OK(gm_free(ctx, big));
+    T_OK(gm_empty_cache(ctx));
+    T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
+/* Blocks of up to three leaves of the page tables (a leaf is 1024 pages,
+   2 GiB), freed in random order, some on a second stream, with the
+   budget's trim and gm_empty_cache between: a block marks the pages
+   inside it and counts users on its first and last only, and the checker,
+   recounting both from the blocks after every step, agrees. */
+static void test_wide_blocks(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_stream s2 = NULL;
+    void* p[12] = {0};
+    int i, wide = 0;
+    if (!t_sim) return; /* a device of 64 GiB */
+    d.expandable = GM_TOGGLE_ON;
+    d.sim.capacity = (size_t)64 << 30;
+    d.device_budget = (size_t)24 << 30;
+    ctx = t_setup(d);
+    T_OK(gm_stream_create(ctx, &s2));
+    for (i = 0; i < 400; i++) {
+        int k = (int)(t_rand() % 12);
+        if (p[k]) {
+            T_OK(gm_free(ctx, p[k]));
+            p[k] = NULL;
+        } else {
+            unsigned long long r = t_rand();
+            size_t size = r % 4 == 0 ? (size_t)(r >> 8) % (6ull << 30) + 1 : (size_t)(r >> 8) % (9 * MiB) + 1;
+            gm_result res = gm_alloc(ctx, &p[k], size, k % 3 == 0 ? s2 : NULL);
+            T_CHECK(res == GM_OK || res == GM_ERR_OUT_OF_MEMORY);
+            if (res != GM_OK) p[k] = NULL;
+            wide += res == GM_OK && size > ((size_t)2 << 30);
+        }
+        if (i % 50 == 49) T_OK(gm_empty_cache(ctx));
+        if (gm_check(ctx) != 0) {
+            T_CHECK(!"gm_check after a step");
+            break;
+        }
+    }
+    T_CHECK(wide >= 10); /* blocks across a leaf's boundary */
+    for (i = 0; i < 12; i++)
+        if (p[i]) T_OK(gm_free(ctx, p[i]));
+    T_OK(gm_stream_synchronize(ctx, s2));
+    T_OK(gm_empty_cache(ctx));
+    T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_stream_destroy(ctx, s2));
+    T_OK(gm_shutdown(ctx));
+}
+
 /* desc.expandable_page: rounded up to a multiple of the granularity and
    reported so; every mapping is whole pages of it; a random walk under a
    budget of a few pages keeps the invariants (gm_check after each step),
@@ -456,6 +530,8 @@ int main(void) {
     T_RUN(test_snapshot_and_options);
     T_RUN(test_tables_follow_use);
     T_RUN(test_thread_cache);
+    T_RUN(test_large_leaves_cache);
+    T_RUN(test_wide_blocks);
     T_RUN(test_page_size);
     T_RUN(test_steady_loop);
     T_RUN(test_single_pass_bounded);
