@@ -12,7 +12,7 @@
    1 - peak live / peak reserved for each policy, PyTorch's own figure from
    the trace's meta file, for packing problems peak reserved over the known
    optimum (1,048,576 x 512 bytes), and nanoseconds per operation. The
-   nanoseconds are the median of five replays, each from an empty context;
+   nanoseconds are the median of nine replays, each from an empty context;
    for gpumem also the same trace replayed again on that context (a second
    step of a training loop: the pages or segments are in place), and the
    backend calls (allocations and frees, or with expandable segments maps
@@ -24,7 +24,7 @@
 #include "bench.h"
 #include <dirent.h>
 
-#define RUNS 5
+#define RUNS 9
 #define PACK_OPT (1048576.0 * 512.0)
 
 #define median bench_median

@@ -120,7 +120,7 @@ if run replay "$B/bench-replay" "$TRACES" "$D/replay.csv"; then
         printf "| %s | %d | %.2f× | %.2f× |\n", trace_name(f[1]), f[2], f[7], f[8] }' "$D/replay.csv" >> "$PAGE"
     p ""
     p "## Trace replay cost" ""
-    p "The same run: nanoseconds per operation, the median of five replays of"
+    p "The same run: nanoseconds per operation, the median of nine replays of"
     p "each trace, each from an empty context (classic segments and expandable"
     p "segments, both with the thread caches), and the same request stream"
     p "through glibc and jemalloc (\`-\` where jemalloc is not installed: Debian"
