@@ -6026,7 +6026,8 @@ static gm_result gm__alloc_tc(gm_context* ctx, void** out, size_t size, gm_strea
     b = gm__pool_find(ctx, pl, si, rsize);
     if ((flags & GM__A_FIT) && b && (b->size != rsize || b->seg->va)) b = NULL;
     if (tc && tc->cached && ctx->va_gran && pl == 1 &&
-        (!b || gm__va_tight(ctx, (int64_t)(gm__va_new_pages(b->seg, b->addr, rsize) * ctx->va_gran), ctx->va_gran)))
+        (!b || !b->seg->va ||
+         gm__va_tight(ctx, (int64_t)(gm__va_new_pages(b->seg, b->addr, rsize) * ctx->va_gran), ctx->va_gran)))
         gm__tc_give_own(ctx, tc); /* the small pool's blocks: b, in the large pool, stays as it is */
     if (b && b->seg->va) b = gm__va_take(ctx, b, rsize, 0);
     if (!b && !(flags & GM__A_FIT)) b = gm__ladder(ctx, pl, &si, rsize, size, stream, flags, &r); /* a device error stops it */
