@@ -4022,15 +4022,17 @@ static int gm__seg_safe(gm_context* ctx, const gm__seg* seg, int wait) {
    other go back in one backend call. */
 
 /* The page tables. A leaf covers L = 1 << pg.shift pages (at least 64) in
-   GM__VPAGE_BYTES a page: each page's epoch (uint64: its owner's epoch when
-   it fell idle), its users (uint32: the blocks in use whose first or last
-   page it is), then four bitmaps of L bits. A page inside a block in use,
-   neither its first nor its last, has no other user (blocks do not
-   overlap): it is marked inner instead of counted, so that a block costs
-   two counts and a few words of bits, not a count a page. A page is in use
-   when it has users or is inner. */
+   GM__VPAGE_BYTES a page: an epoch for each group of 64 pages (uint64: the
+   owner's epoch when a free last left pages of the group idle; epochs only
+   grow, so a page is unmapped no sooner than its own free allows, and at
+   worst later), each page's users (uint32: the blocks in use whose first
+   or last page it is), then four bitmaps of L bits. A page inside a block
+   in use, neither its first nor its last, has no other user (blocks do not
+   overlap): it is marked inner instead of counted, so that a block of a
+   thousand pages costs two counts and a few dozen words, not a thousand
+   entries. A page is in use when it has users or is inner. */
 enum { GM__VB_MAPPED, GM__VB_QUEUED, GM__VB_TRIMMED /* unmapped by gm__va_keep's limit */, GM__VB_INNER };
-#define GM__VPAGE_BYTES 16 /* 8 + 4 + 4 bits, rounded: L >= 64 leaves room for the bitmaps' whole words */
+#define GM__VPAGE_BYTES 5 /* 8 / 64 + 4 + 4 bits, rounded up: with L >= 64, whole words for the epochs and bits */
 typedef struct gm__vseg {
     size_t gran, npages, nmapped;
     unsigned gshift;        /* log2(gran) when gran is a power of two, else 0 (a division a page lookup) */
@@ -4046,21 +4048,33 @@ static GM__HOT size_t gm__vl_pages(const gm__vseg* v) { return (size_t)1 << v->p
 /* The leaf of page p (NULL: never made; nothing of it is used, mapped or queued). */
 static GM__HOT unsigned char* gm__vl(const gm__vseg* v, size_t p) { return v->pg.leaf[p >> v->pg.shift]; }
 static GM__HOT uint64_t* gm__vl_epoch(const gm__vseg* v, unsigned char* l) { (void)v; return (uint64_t*)(void*)l; }
-static GM__HOT uint32_t* gm__vl_ref(const gm__vseg* v, unsigned char* l) { return (uint32_t*)(void*)(l + 8 * gm__vl_pages(v)); }
+static GM__HOT uint32_t* gm__vl_ref(const gm__vseg* v, unsigned char* l) { return (uint32_t*)(void*)(l + gm__vl_pages(v) / 8); }
 static GM__HOT uint64_t* gm__vl_bits(const gm__vseg* v, unsigned char* l, int which) {
-    return (uint64_t*)(void*)(l + 12 * gm__vl_pages(v)) + (size_t)which * (gm__vl_pages(v) / 64);
+    return (uint64_t*)(void*)(l + gm__vl_pages(v) / 8 + 4 * gm__vl_pages(v)) + (size_t)which * (gm__vl_pages(v) / 64);
 }
+/* The epoch of page a of leaf l (its group's). */
+static uint64_t gm__vl_epoch_of(const gm__vseg* v, unsigned char* l, size_t a) { return gm__vl_epoch(v, l)[a >> 6]; }
 
 /* Bits [a, a + n) of a bitmap: how many are set; set or cleared; the first
    from i before end where x & ~y (y may be NULL) is `one` (end if none). */
 static GM__HOT uint64_t gm__bits_mask(size_t a, size_t m) {
     return (m >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << m) - 1)) << (a & 63);
 }
+static GM__HOT unsigned gm__popcount64(uint64_t x) {
+#if defined(__POPCNT__)
+    return (unsigned)__builtin_popcountll(x);
+#else /* inline: without the instruction assumed, the builtin is a library call */
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+#endif
+}
 static GM__HOT size_t gm__bits_count(const uint64_t* w, size_t a, size_t n) {
     size_t c = 0;
     while (n) {
         size_t m = 64 - (a & 63) < n ? 64 - (a & 63) : n;
-        c += (size_t)__builtin_popcountll(w[a >> 6] & gm__bits_mask(a, m));
+        c += gm__popcount64(w[a >> 6] & gm__bits_mask(a, m));
         a += m;
         n -= m;
     }
@@ -4238,11 +4252,8 @@ static GM__HOT void gm__va_unref(gm_context* ctx, gm__seg* seg, uintptr_t addr, 
             gm__bits_put(gm__vl_bits(v, l, GM__VB_INNER), lo, hi - lo, 0);
             v->nused -= hi - lo;
         }
-        if (stamp) {
-            uint64_t* ep = gm__vl_epoch(v, l);
-            for (i = a; i < a + n; i++)
-                if (!r[i]) ep[i] = epoch; /* a first or last page others still use is not idle */
-        }
+        if (stamp) /* the groups of these pages: the latest free that left any of them idle */
+            for (i = a >> 6; i <= (a + n - 1) >> 6; i++) gm__vl_epoch(v, l)[i] = epoch;
         gm__va_queue(v, l, p, a, n);
     }
 }
@@ -4264,7 +4275,7 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed
                 size_t p = (uint32_t)*ent, L = gm__vl_pages(v);
                 unsigned char* l = gm__vl(v, p);
                 int idle = !gm__vp_used(v, p) && gm__vp_mapped(v, p);
-                if (idle && !gm__epoch_safe(ctx, &ctx->ss[i], gm__vl_epoch(v, l)[p & (L - 1)], wait))
+                if (idle && !gm__epoch_safe(ctx, &ctx->ss[i], gm__vl_epoch_of(v, l, p & (L - 1)), wait))
                     break; /* the younger pages behind it are not safe either */
                 if ((*ent >> 32) > 1) *ent = (uint64_t)(p + 1) | ((*ent >> 32) - 1) << 32; /* the run's next page */
                 else {
@@ -4277,7 +4288,7 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed
                     int64_t over = ctx->stats.reserved_bytes[GM_STAT_ALL].current - target;
                     while (p + n < v->npages && (int64_t)((n + 1) * v->gran) <= over + (int64_t)v->gran - 1 &&
                            !gm__vp_used(v, p + n) && gm__vp_mapped(v, p + n) &&
-                           gm__epoch_safe(ctx, &ctx->ss[i], gm__vl_epoch(v, gm__vl(v, p + n))[(p + n) & (L - 1)], 0))
+                           gm__epoch_safe(ctx, &ctx->ss[i], gm__vl_epoch_of(v, gm__vl(v, p + n), (p + n) & (L - 1)), 0))
                         n++;
                     if (!gm__va_unmap_run(ctx, seg, p, n, trimmed)) return freed;
                     freed += n * v->gran;

@@ -171,6 +171,9 @@ if run alloc "$B/bench-alloc-cuda" "$D/alloc.csv"; then
     rel=$(sed -n 's/^gm_empty_cache, us per cached 2 MiB segment given back: //p' "$D/alloc.out")
     [ -n "$rel" ] && p "\`gm_empty_cache\` giving back cached 2 MiB segments, µs per segment (segments in" \
         "parentheses): $rel." ""
+    wide=$(sed -n 's/^expandable segments (sim), ns per gm_alloc or gm_free, //p' "$D/alloc.out")
+    [ -n "$wide" ] && p "Expandable segments (sim), ns per \`gm_alloc\` or \`gm_free\` of blocks spanning" \
+        "a few pages and up to 2,560 (eight live at a time): $wide." ""
 else failed $? alloc; fi
 
 # ------------------------------------------------------------ tier scale
