@@ -4298,6 +4298,7 @@ static size_t gm__va_trim(gm_context* ctx, int64_t target, int wait, int trimmed
     }
     return freed;
 }
+
 /* How much reserved memory idle pages may make before they go back: the
    peak of reserved memory, or, if more, the peak of allocated memory plus
    a slack of 1/GM__VA_SLACK of it (whole pages). Pages this limit gave back
