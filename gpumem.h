@@ -4325,12 +4325,23 @@ static int64_t gm__va_keep(const gm_context* ctx, size_t gran) {
     return a + slack > peak ? a + slack : peak;
 }
 
-/* Whether mapping `need` bytes more would first give idle pages back:
-   reserved memory would pass gm__va_keep, the gc threshold or the budget. */
+/* The limits past which mapping more first gives idle pages back, in
+   order: gm__va_keep (the pages it gives back are marked trimmed), the gc
+   threshold (-1: none), the budget. */
+#define GM__VA_LIMITS 3
+static int64_t gm__va_limit(const gm_context* ctx, size_t gran, int which) {
+    if (which == 0) return gm__va_keep(ctx, gran);
+    if (which == 1) return ctx->desc.gc_threshold > 0 ? (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) : -1;
+    return (int64_t)ctx->budget;
+}
+
+/* Whether mapping `need` bytes more would first give idle pages back. */
 static int gm__va_tight(const gm_context* ctx, int64_t need, size_t gran) {
-    int64_t cur = ctx->stats.reserved_bytes[GM_STAT_ALL].current + need;
-    return need > 0 && (cur > gm__va_keep(ctx, gran) || (uint64_t)cur > (uint64_t)ctx->budget ||
-                        (ctx->desc.gc_threshold > 0 && (double)cur > ctx->desc.gc_threshold * (double)ctx->budget));
+    int64_t lim, cur = ctx->stats.reserved_bytes[GM_STAT_ALL].current + need;
+    int w;
+    for (w = 0; w < GM__VA_LIMITS && need > 0; w++)
+        if ((lim = gm__va_limit(ctx, gran, w)) >= 0 && cur > lim) return 1;
+    return 0;
 }
 
 /* Makes [addr, addr + size) of an expandable segment usable: its first
@@ -4360,17 +4371,15 @@ static gm_result gm__va_commit(gm_context* ctx, gm__seg* seg, uintptr_t addr, si
         k += n - gm__bits_count(gm__vl_bits(v, l, GM__VB_MAPPED), a, n);
     }
     if (k) {
-        int64_t need = (int64_t)(k * v->gran), keep = gm__va_keep(ctx, v->gran);
+        int64_t need = (int64_t)(k * v->gran), lim;
         /* the allowance's cap: one pass that reuses its address space (a packing problem) fills it */
         size_t extra_cap = (size_t)ctx->stats.allocated_bytes[GM_STAT_ALL].peak / GM__VA_EXTRA;
         const gm_stat* res = &ctx->stats.reserved_bytes[GM_STAT_ALL];
+        int w;
         if (ctx->nosync) wait = 0;
-        if (res->current + need > keep) gm__va_trim(ctx, keep - need, wait, 1);
-        if (ctx->desc.gc_threshold > 0 &&
-            (double)(res->current + need) > ctx->desc.gc_threshold * (double)ctx->budget)
-            gm__va_trim(ctx, (int64_t)(ctx->desc.gc_threshold * (double)ctx->budget) - need, wait, 0);
-        if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget)
-            gm__va_trim(ctx, (int64_t)ctx->budget - need, wait, 0);
+        for (w = 0; w < GM__VA_LIMITS; w++)
+            if ((lim = gm__va_limit(ctx, v->gran, w)) >= 0 && res->current + need > lim)
+                gm__va_trim(ctx, lim - need, wait, w == 0);
         if ((uint64_t)(res->current + need) > (uint64_t)ctx->budget) r = GM_ERR_OUT_OF_MEMORY;
         for (p = f; p <= last && r == GM_OK; p += n) { /* each run of unmapped pages in one call (per leaf) */
             unsigned char* l = gm__vl(v, p);

@@ -59,7 +59,6 @@ static ssize_t attacked(int atk, ssize_t got, size_t n) {
 static uint64_t now_ns(void) { return (uint64_t)(t_now() * 1e9); }
 
 /* Whether this call is refused for a moment (EAGAIN), by atk_again. */
-
 static int refused(void) {
     uint64_t busy = __atomic_load_n(&atk_busy_ns, __ATOMIC_RELAXED), t = now_ns(), zero = 0;
     if (busy) { /* the window opens at the first call it meets, however late that comes */
