@@ -360,6 +360,36 @@ static void test_wide_blocks(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* gc_threshold with expandable segments: below reserved memory's peak
+   (so gm__va_keep asks nothing), a request that maps new pages past the
+   threshold first gives back idle pages, as many as bring it to the
+   threshold; without a threshold they stay. */
+static void test_gc_threshold(void) {
+    int gc;
+    for (gc = 0; gc < 2; gc++) {
+        gm_desc d = t_desc();
+        gm_context* ctx;
+        void *x, *a, *c, *e;
+        d.expandable = GM_TOGGLE_ON;
+        d.device_budget = 64 * MiB;
+        d.gc_threshold = gc ? 0.5 : 0;
+        ctx = t_setup(d);
+        T_OK(gm_alloc(ctx, &x, 48 * MiB, NULL)); /* the peak: 48 MiB */
+        T_OK(gm_free(ctx, x));
+        T_OK(gm_empty_cache(ctx));
+        T_OK(gm_alloc(ctx, &a, 20 * MiB, NULL));
+        T_OK(gm_alloc(ctx, &c, 2 * MiB, NULL));
+        T_OK(gm_free(ctx, a)); /* a 20 MiB hole of idle pages before c */
+        T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, (long long)(22 * MiB));
+        T_OK(gm_alloc(ctx, &e, 24 * MiB, NULL)); /* past c: 46 MiB, under the peak, past the threshold's 32 */
+        T_EQ(st(ctx).reserved_bytes[GM_STAT_ALL].current, (long long)(gc ? 32 * MiB : 46 * MiB)); /* to the threshold, no lower */
+        T_EQ(gm_check(ctx), 0);
+        T_OK(gm_free(ctx, c));
+        T_OK(gm_free(ctx, e));
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 /* desc.expandable_page: rounded up to a multiple of the granularity and
    reported so; every mapping is whole pages of it; a random walk under a
    budget of a few pages keeps the invariants (gm_check after each step),
@@ -532,6 +562,7 @@ int main(void) {
     T_RUN(test_thread_cache);
     T_RUN(test_large_leaves_cache);
     T_RUN(test_wide_blocks);
+    T_RUN(test_gc_threshold);
     T_RUN(test_page_size);
     T_RUN(test_steady_loop);
     T_RUN(test_single_pass_bounded);
