@@ -8891,7 +8891,6 @@ typedef struct gm__phase {
     uint32_t *plan, nplan;
     uint32_t *use_first, *use_at, nuse_first;
     uint8_t* leaves;
-    uint64_t* hplan;
     uint64_t used;          /* tier clock when it was last made active */
     int next;               /* the phase whose step followed this one's last time (recognised), or -1 */
     gm__tune tune;
@@ -8960,7 +8959,6 @@ typedef struct gm__tier {
     uint32_t *use_first, *use_at, nuse_first;
     uint8_t* leaves;        /* per use (as use_at): Belady's order, with the device and host
                                budgets as one cache, evicts the tensor before its next use */
-    uint64_t* hplan;        /* per position: the bytes the plan keeps in the host tier (gm__plan_host) */
     uint32_t pos;           /* the plan position of the next acquire */
     gm__phase ph[GM_TIER_PHASES];
     int cur;                /* the active phase */
@@ -11596,8 +11594,8 @@ static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    (write-behind) when Belady's order on the device evicts it before its
    next use. */
 /* >>tier: learned order by phase. Invariants: tm->plan, use_first,
-   use_at, nuse_first, leaves (Belady's verdicts, GM__LV_*) and hplan (the
-   host bytes it keeps) are ph[cur]'s (the phase owns them); rec
+   use_at, nuse_first and leaves (Belady's verdicts, GM__LV_*) are
+   ph[cur]'s (the phase owns them); rec
    holds the acquires since the phase's step began. A step's acquires
    become a phase's plan when it ends (gm_tier_step, or gm_tier_set_phase
    leaving it): the named phase's, or without names the phase whose plan
@@ -11615,7 +11613,6 @@ static void gm__phase_free(gm__phase* f) {
     GPUMEM_FREE(f->use_first);
     GPUMEM_FREE(f->use_at);
     GPUMEM_FREE(f->leaves);
-    GPUMEM_FREE(f->hplan);
     memset(f, 0, sizeof *f);
     f->next = -1;
 }
@@ -11632,7 +11629,6 @@ static void gm__phase_activate(gm__tier* tm, int k) {
     tm->use_at = f->use_at;
     tm->nuse_first = f->nuse_first;
     tm->leaves = f->leaves;
-    tm->hplan = f->hplan;
     tm->tune_t0 = tm->st.bytes_to_disk + tm->st.bytes_from_disk;
     f->used = ++tm->clock;
     tm->lost = 0;
@@ -11823,22 +11819,14 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         if (ow) gm__room_mark(tm, y);
         gm__lru_push(tm, y);
     }
-    if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room
-                                     that the plan does not keep for others until their use (gm__plan_host) */
+    if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room */
         uint32_t far = tm->nplan < 256 ? tm->nplan : 256;
-        uint64_t keep = 0, held = 0; /* the plan's host bytes until q; host copies read ahead for uses before q */
-        for (q = 1; q <= far && q <= end; q++) {
-            uint32_t p = (tm->pos + q - 1) % tm->nplan, e = tm->plan[p];
+        for (q = (uint32_t)tm->ahead + 1; q <= far && q <= end; q++) {
+            uint32_t e = tm->plan[(tm->pos + q - 1) % tm->nplan];
             gm__tensor* y = &tm->t[GM__PLAN_T(e)];
-            if (tm->hplan && tm->hplan[p] > keep) keep = tm->hplan[p];
-            if (y->live && y->host && !y->dev && (y->job || y->disk_valid)) /* read ahead (the plan keeps none on disk too) */
-                held += gm__host_need(ctx, y->bytes);
-            if (q <= (uint32_t)tm->ahead || (e & GM__PLAN_OW) || !y->live || y->dev || y->managed || y->host || y->job ||
-                !y->disk_valid || y->blank)
+            if ((e & GM__PLAN_OW) || !y->live || y->dev || y->managed || y->host || y->job || !y->disk_valid || y->blank)
                 continue;
-            if (tm->hplan && keep + held + gm__host_need(ctx, y->bytes) > ctx->desc.host_budget) break;
             if (!gm__read_ahead(ctx, tm, y, q)) break;
-            held += gm__host_need(ctx, y->bytes);
         }
     }
     if (tm->nplan && (tm->last_step_evictions || tm->st.evictions > tm->step_evictions)) {
@@ -11954,12 +11942,11 @@ static void gm__tune_step(gm_context* ctx, gm__tier* tm, gm__tune* u, int same, 
 /* Scratch of one run, sized for the plan (n uses) and its tensors (nt). */
 typedef struct gm__bscr {
     uint32_t *held, *slot, *curk, *occ; /* slot: place in held + 1; 0: not held */
-    uint32_t* gone[2];                  /* per use: the position at which it left the device, the fast tiers */
     uint64_t* next;                     /* when a held tensor is used next */
     gm__vent* heap;                     /* room for 2 * nt + 1 entries (key: next use; i: the tensor) */
 } gm__bscr;
 
-static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t bit, uint32_t* gone) {
+static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t bit) {
     uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0, nh = 0, k;
     size_t used = 0;
     gm__vent e;
@@ -11981,7 +11968,7 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
                     w->heap[0] = w->heap[--nh];
                     gm__vh_sift(w->heap, nh, 0);
                     if (!fresh) continue; /* stale: v left, or was used again since */
-                    if (pass) tm->leaves[w->curk[v]] |= bit, gone[w->curk[v]] = p;
+                    if (pass) tm->leaves[w->curk[v]] |= bit;
                     used -= tm->t[v].bytes;
                     j = w->slot[v] - 1;
                     w->held[j] = w->held[--nheld];
@@ -12006,61 +11993,12 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
     }
 }
 
-/* The bytes Belady's order keeps in the host tier at each position of the
-   plan (tm->hplan[p], as acquire p is made): a tensor sent off the device
-   (GM__LV_DEV) waits there from the position at which the device's run
-   let it go (gone[0]) up to its next use (the next step's first when it is
-   the last), that one included, or until the fast tiers' run sent it to
-   disk (gone[1]). Room beyond it is what reading ahead from disk may take
-   without pushing out a copy the plan keeps (which would then go to disk
-   and come back: bench/spill's transformer at 1.5x moved 716 MiB a step
-   through the disk where its plan moved 384). Left NULL when there is no
-   memory for it: no limit then. O(uses + plan). */
-static void gm__plan_host(gm__tier* tm, uint32_t* const gone[2]) {
-    uint32_t n = tm->nplan, t, u;
-    int64_t* d = (int64_t*)gm__calloc(((size_t)n + 1) * sizeof *d);
-    uint64_t* h = (uint64_t*)GPUMEM_MALLOC((size_t)n * sizeof *h);
-    int64_t run = 0;
-    if (!d || !h) {
-        GPUMEM_FREE(d);
-        GPUMEM_FREE(h);
-        return;
-    }
-    for (t = 0; t < tm->nuse_first; t++)
-        for (u = tm->use_first[t]; u < tm->use_first[t + 1]; u++) {
-            uint64_t a = tm->use_at[u], b, from, to; /* absolute: a < from <= to <= b <= a + n */
-            int64_t by = (int64_t)tm->t[t].bytes;
-            if (!(tm->leaves[u] & GM__LV_DEV) || gone[0][u] >= n) continue;
-            b = u + 1 < tm->use_first[t + 1] ? tm->use_at[u + 1] : (uint64_t)tm->use_at[tm->use_first[t]] + n;
-            from = gone[0][u] > a ? gone[0][u] : (uint64_t)gone[0][u] + n;
-            to = b;
-            if ((tm->leaves[u] & GM__LV_DISK) && gone[1][u] < n) {
-                uint64_t k = gone[1][u] > a ? gone[1][u] : (uint64_t)gone[1][u] + n;
-                if (k <= to) to = k - 1;
-            }
-            if (from > to) continue;
-            if (to < n) { /* positions from .. to, in this step or the next */
-                d[from] += by, d[to + 1] -= by;
-            } else if (from >= n) {
-                d[from - n] += by, d[to - n + 1] -= by;
-            } else {
-                d[from] += by, d[n] -= by;
-                d[0] += by, d[to - n + 1] -= by;
-            }
-        }
-    for (u = 0; u < n; u++) h[u] = (uint64_t)(run += d[u]);
-    GPUMEM_FREE(d);
-    tm->hplan = h;
-}
-
 static void gm__plan_belady(gm_context* ctx, gm__tier* tm, gm__tune* tu) {
     uint32_t n = tm->nplan, nt = tm->n, t;
     size_t cap = ctx->budget + ctx->desc.host_budget, cut, all = 0;
     gm__bscr w;
     GPUMEM_FREE(tm->leaves);
     tm->leaves = NULL;
-    GPUMEM_FREE(tm->hplan);
-    tm->hplan = NULL;
     tu->cap = 0;
     if (!n || tm->policy != GM_EVICT_LEARNED) return;
     tm->leaves = (uint8_t*)gm__calloc(n);
@@ -12070,24 +12008,19 @@ static void gm__plan_belady(gm_context* ctx, gm__tier* tm, gm__tune* tu) {
     w.occ = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.occ);
     w.next = (uint64_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.next);
     w.heap = (gm__vent*)GPUMEM_MALLOC(((size_t)2 * nt + 1) * sizeof *w.heap);
-    w.gone[0] = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof *w.gone[0]);
-    w.gone[1] = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof *w.gone[1]);
-    if (!tm->leaves || !w.held || !w.slot || !w.curk || !w.occ || !w.next || !w.heap || !w.gone[0] || !w.gone[1]) {
+    if (!tm->leaves || !w.held || !w.slot || !w.curk || !w.occ || !w.next || !w.heap) {
         GPUMEM_FREE(tm->leaves);
         tm->leaves = NULL;
         goto out;
     }
-    memset(w.gone[0], 0xff, (size_t)n * sizeof *w.gone[0]); /* none left */
-    memset(w.gone[1], 0xff, (size_t)n * sizeof *w.gone[1]);
     for (t = 0; t < nt; t++) /* the plan's tensors: a cache that holds them all loses none */
         if (tm->use_first[t] != tm->use_first[t + 1]) all += tm->t[t].bytes;
-    if (all > ctx->budget) gm__belady_run(tm, &w, ctx->budget, GM__LV_DEV, w.gone[0]);
+    if (all > ctx->budget) gm__belady_run(tm, &w, ctx->budget, GM__LV_DEV);
     if (ctx->disk) {
         cut = (size_t)tu->k * gm__plan_big(tm);
         cap -= cut < cap / 2 ? cut : cap / 2;
         tu->cap = cap;
-        if (all > cap) gm__belady_run(tm, &w, cap, GM__LV_DISK, w.gone[1]);
-        gm__plan_host(tm, w.gone);
+        if (all > cap) gm__belady_run(tm, &w, cap, GM__LV_DISK);
     }
 out:
     GPUMEM_FREE(w.held);
@@ -12096,8 +12029,6 @@ out:
     GPUMEM_FREE(w.occ);
     GPUMEM_FREE(w.next);
     GPUMEM_FREE(w.heap);
-    GPUMEM_FREE(w.gone[0]);
-    GPUMEM_FREE(w.gone[1]);
 }
 
 /* Whether Belady's order sends tensor i out of the cache `bit` names
@@ -12164,7 +12095,6 @@ static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     tm->plan = tm->rec;
     tm->nplan = tm->nrec;
     tm->leaves = NULL;
-    tm->hplan = NULL;
     if (ctx->disk && tm->policy == GM_EVICT_LEARNED)
         gm__tune_step(ctx, tm, &u, same, (uint64_t)(tm->st.bytes_to_disk + tm->st.bytes_from_disk - tm->tune_t0), slot);
     gm__plan_belady(ctx, tm, &u);
@@ -12172,7 +12102,6 @@ static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     f.plan = tm->plan, f.nplan = tm->nplan;
     f.use_first = first, f.use_at = at, f.nuse_first = tm->n;
     f.leaves = tm->leaves;
-    f.hplan = tm->hplan;
     f.used = 0;
     f.next = tm->ph[slot].next;
     gm__phase_free(&tm->ph[slot]);
