@@ -8891,6 +8891,7 @@ typedef struct gm__phase {
     uint32_t *plan, nplan;
     uint32_t *use_first, *use_at, nuse_first;
     uint8_t* leaves;
+    uint32_t* dep;
     uint64_t used;          /* tier clock when it was last made active */
     int next;               /* the phase whose step followed this one's last time (recognised), or -1 */
     gm__tune tune;
@@ -8959,6 +8960,8 @@ typedef struct gm__tier {
     uint32_t *use_first, *use_at, nuse_first;
     uint8_t* leaves;        /* per use (as use_at): Belady's order, with the device and host
                                budgets as one cache, evicts the tensor before its next use */
+    uint32_t* dep;          /* the tensors Belady's order moves from the device to the host tier, by
+                               position (gm__plan_dep) */
     uint32_t pos;           /* the plan position of the next acquire */
     gm__phase ph[GM_TIER_PHASES];
     int cur;                /* the active phase */
@@ -11594,8 +11597,8 @@ static void gm__room_drop(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
    (write-behind) when Belady's order on the device evicts it before its
    next use. */
 /* >>tier: learned order by phase. Invariants: tm->plan, use_first,
-   use_at, nuse_first and leaves (Belady's verdicts, GM__LV_*) are
-   ph[cur]'s (the phase owns them); rec
+   use_at, nuse_first, leaves (Belady's verdicts, GM__LV_*) and dep (its
+   moves to the host tier) are ph[cur]'s (the phase owns them); rec
    holds the acquires since the phase's step began. A step's acquires
    become a phase's plan when it ends (gm_tier_step, or gm_tier_set_phase
    leaving it): the named phase's, or without names the phase whose plan
@@ -11613,6 +11616,7 @@ static void gm__phase_free(gm__phase* f) {
     GPUMEM_FREE(f->use_first);
     GPUMEM_FREE(f->use_at);
     GPUMEM_FREE(f->leaves);
+    GPUMEM_FREE(f->dep);
     memset(f, 0, sizeof *f);
     f->next = -1;
 }
@@ -11629,6 +11633,7 @@ static void gm__phase_activate(gm__tier* tm, int k) {
     tm->use_at = f->use_at;
     tm->nuse_first = f->nuse_first;
     tm->leaves = f->leaves;
+    tm->dep = f->dep;
     tm->tune_t0 = tm->st.bytes_to_disk + tm->st.bytes_from_disk;
     f->used = ++tm->clock;
     tm->lost = 0;
@@ -11792,6 +11797,22 @@ static int gm__dev_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream
     return 1;
 }
 
+/* The host room the plan's moves to the host tier at position p still
+   need: of those tensors, the ones on the device with no copy below. A
+   read ahead also leaves room for the moves of the last GM__DEP_BACK
+   positions not made yet (the device may hold a tensor past the position
+   at which the plan let it go, while it has room). */
+#define GM__DEP_BACK 64u
+static int64_t gm__dep_need(gm_context* ctx, const gm__tier* tm, uint32_t p) {
+    int64_t need = 0;
+    uint32_t k;
+    for (k = tm->dep[p]; k < tm->dep[p + 1]; k++) {
+        const gm__tensor* v = &tm->t[tm->dep[k]];
+        if (v->live && v->dev && !v->host_valid && !v->disk_valid) need += (int64_t)gm__host_need(ctx, v->bytes);
+    }
+    return need;
+}
+
 static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
     uint32_t q, end;
     int next = tm->ph[tm->cur].next;
@@ -11819,14 +11840,37 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
         if (ow) gm__room_mark(tm, y);
         gm__lru_push(tm, y);
     }
-    if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room */
-        uint32_t far = tm->nplan < 256 ? tm->nplan : 256;
-        for (q = (uint32_t)tm->ahead + 1; q <= far && q <= end; q++) {
+    if (ctx->disk && tm->nplan) { /* further ahead, tensors on disk come into the host tier while it has room,
+                                     less what the plan's moves to it need before their use (gm__plan_dep) */
+        uint32_t far = tm->nplan < 256 ? tm->nplan : 256, qd = 0; /* qd: positions counted (0: none yet) */
+        int64_t room = 0;
+        for (q = 1; q <= far && q <= end; q++) {
             uint32_t e = tm->plan[(tm->pos + q - 1) % tm->nplan];
             gm__tensor* y = &tm->t[GM__PLAN_T(e)];
-            if ((e & GM__PLAN_OW) || !y->live || y->dev || y->managed || y->host || y->job || !y->disk_valid || y->blank)
+            if (q <= (uint32_t)tm->ahead || (e & GM__PLAN_OW) || !y->live || y->dev || y->managed || y->host || y->job ||
+                !y->disk_valid || y->blank)
                 continue;
+            if (tm->dep) {
+                if (!qd) { /* once a tensor to read is found: free room, or held by copies that go without a write,
+                              less the moves due already, not made yet */
+                    size_t used = tm->host_used + tm->host_jobs, h = ctx->desc.host_budget;
+                    uint32_t back = tm->nplan - far < GM__DEP_BACK ? tm->nplan - far : GM__DEP_BACK, b;
+                    room = (int64_t)(h - (used < h ? used : h)) + (int64_t)tm->hsoon;
+                    for (b = 1; b <= back; b++) room -= gm__dep_need(ctx, tm, (tm->pos + tm->nplan - b) % tm->nplan);
+                    qd = 1;
+                }
+                for (; qd < q; qd++) { /* the moves before y's use, and the copies read ahead for uses before it */
+                    uint32_t p = (tm->pos + qd - 1) % tm->nplan;
+                    const gm__tensor* z = &tm->t[GM__PLAN_T(tm->plan[p])];
+                    room -= gm__dep_need(ctx, tm, p);
+                    if (z->live && z->host_valid && !z->dev && z->hsoon) room -= (int64_t)gm__host_need(ctx, z->bytes);
+                }
+                room -= gm__dep_need(ctx, tm, (tm->pos + q - 1) % tm->nplan);
+                qd = q + 1;
+                if (room < (int64_t)gm__host_need(ctx, y->bytes)) break;
+            }
             if (!gm__read_ahead(ctx, tm, y, q)) break;
+            room -= (int64_t)gm__host_need(ctx, y->bytes);
         }
     }
     if (tm->nplan && (tm->last_step_evictions || tm->st.evictions > tm->step_evictions)) {
@@ -11942,11 +11986,12 @@ static void gm__tune_step(gm_context* ctx, gm__tier* tm, gm__tune* u, int same, 
 /* Scratch of one run, sized for the plan (n uses) and its tensors (nt). */
 typedef struct gm__bscr {
     uint32_t *held, *slot, *curk, *occ; /* slot: place in held + 1; 0: not held */
+    uint32_t* gone[2];                  /* per use: the position at which it left the device, the fast tiers */
     uint64_t* next;                     /* when a held tensor is used next */
     gm__vent* heap;                     /* room for 2 * nt + 1 entries (key: next use; i: the tensor) */
 } gm__bscr;
 
-static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t bit) {
+static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t bit, uint32_t* gone) {
     uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0, nh = 0, k;
     size_t used = 0;
     gm__vent e;
@@ -11968,7 +12013,7 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
                     w->heap[0] = w->heap[--nh];
                     gm__vh_sift(w->heap, nh, 0);
                     if (!fresh) continue; /* stale: v left, or was used again since */
-                    if (pass) tm->leaves[w->curk[v]] |= bit;
+                    if (pass) tm->leaves[w->curk[v]] |= bit, gone[w->curk[v]] = p;
                     used -= tm->t[v].bytes;
                     j = w->slot[v] - 1;
                     w->held[j] = w->held[--nheld];
@@ -11993,12 +12038,44 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
     }
 }
 
+/* Where Belady's order moves tensors from the device to the host tier
+   (GM__LV_DEV, not GM__LV_DISK): tm->dep[p] .. tm->dep[p + 1] - 1 index,
+   in the same array after its n + 1 offsets, the tensors the device's run
+   lets go at position p (gone[0]) to keep them in the host tier. A read
+   ahead from disk leaves room for those that will need it before its
+   tensor's use (gm__learn_ahead): else such a tensor, leaving the device
+   with no copy below, finds the host tier full of reads ahead used sooner,
+   goes to disk itself and comes back (bench/spill's transformer at 1.5x
+   moved 644-752 MiB a step through the disk where its plan moved 384).
+   Left NULL when there is no memory for it: no room is left then.
+   O(uses + plan). */
+static void gm__plan_dep(gm__tier* tm, uint32_t* const gone[2]) {
+    uint32_t n = tm->nplan, t, u, k = 0;
+    uint32_t* d;
+    for (u = 0; u < n; u++) k += (tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < n;
+    d = (uint32_t*)gm__calloc(((size_t)n + 1 + k) * sizeof *d);
+    if (!d) return;
+    for (t = 0; t < tm->nuse_first; t++) /* counts by position, then offsets, then the tensors */
+        for (u = tm->use_first[t]; u < tm->use_first[t + 1]; u++)
+            if ((tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < n) d[gone[0][u] + 1]++;
+    d[0] = n + 1;
+    for (u = 0; u < n; u++) d[u + 1] += d[u];
+    for (t = 0; t < tm->nuse_first; t++)
+        for (u = tm->use_first[t]; u < tm->use_first[t + 1]; u++)
+            if ((tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < n) d[d[gone[0][u]]++] = t;
+    for (u = n; u > 0; u--) d[u] = d[u - 1]; /* each offset moved on by its own entries: back */
+    d[0] = n + 1;
+    tm->dep = d;
+}
+
 static void gm__plan_belady(gm_context* ctx, gm__tier* tm, gm__tune* tu) {
     uint32_t n = tm->nplan, nt = tm->n, t;
     size_t cap = ctx->budget + ctx->desc.host_budget, cut, all = 0;
     gm__bscr w;
     GPUMEM_FREE(tm->leaves);
     tm->leaves = NULL;
+    GPUMEM_FREE(tm->dep);
+    tm->dep = NULL;
     tu->cap = 0;
     if (!n || tm->policy != GM_EVICT_LEARNED) return;
     tm->leaves = (uint8_t*)gm__calloc(n);
@@ -12008,19 +12085,24 @@ static void gm__plan_belady(gm_context* ctx, gm__tier* tm, gm__tune* tu) {
     w.occ = (uint32_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.occ);
     w.next = (uint64_t*)GPUMEM_MALLOC((size_t)nt * sizeof *w.next);
     w.heap = (gm__vent*)GPUMEM_MALLOC(((size_t)2 * nt + 1) * sizeof *w.heap);
-    if (!tm->leaves || !w.held || !w.slot || !w.curk || !w.occ || !w.next || !w.heap) {
+    w.gone[0] = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof *w.gone[0]);
+    w.gone[1] = (uint32_t*)GPUMEM_MALLOC((size_t)n * sizeof *w.gone[1]);
+    if (!tm->leaves || !w.held || !w.slot || !w.curk || !w.occ || !w.next || !w.heap || !w.gone[0] || !w.gone[1]) {
         GPUMEM_FREE(tm->leaves);
         tm->leaves = NULL;
         goto out;
     }
+    memset(w.gone[0], 0xff, (size_t)n * sizeof *w.gone[0]); /* none left */
+    memset(w.gone[1], 0xff, (size_t)n * sizeof *w.gone[1]);
     for (t = 0; t < nt; t++) /* the plan's tensors: a cache that holds them all loses none */
         if (tm->use_first[t] != tm->use_first[t + 1]) all += tm->t[t].bytes;
-    if (all > ctx->budget) gm__belady_run(tm, &w, ctx->budget, GM__LV_DEV);
+    if (all > ctx->budget) gm__belady_run(tm, &w, ctx->budget, GM__LV_DEV, w.gone[0]);
     if (ctx->disk) {
         cut = (size_t)tu->k * gm__plan_big(tm);
         cap -= cut < cap / 2 ? cut : cap / 2;
         tu->cap = cap;
-        if (all > cap) gm__belady_run(tm, &w, cap, GM__LV_DISK);
+        if (all > cap) gm__belady_run(tm, &w, cap, GM__LV_DISK, w.gone[1]);
+        gm__plan_dep(tm, w.gone);
     }
 out:
     GPUMEM_FREE(w.held);
@@ -12029,6 +12111,8 @@ out:
     GPUMEM_FREE(w.occ);
     GPUMEM_FREE(w.next);
     GPUMEM_FREE(w.heap);
+    GPUMEM_FREE(w.gone[0]);
+    GPUMEM_FREE(w.gone[1]);
 }
 
 /* Whether Belady's order sends tensor i out of the cache `bit` names
@@ -12095,6 +12179,7 @@ static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     tm->plan = tm->rec;
     tm->nplan = tm->nrec;
     tm->leaves = NULL;
+    tm->dep = NULL;
     if (ctx->disk && tm->policy == GM_EVICT_LEARNED)
         gm__tune_step(ctx, tm, &u, same, (uint64_t)(tm->st.bytes_to_disk + tm->st.bytes_from_disk - tm->tune_t0), slot);
     gm__plan_belady(ctx, tm, &u);
@@ -12102,6 +12187,7 @@ static gm_result gm__phase_close(gm_context* ctx, gm__tier* tm) {
     f.plan = tm->plan, f.nplan = tm->nplan;
     f.use_first = first, f.use_at = at, f.nuse_first = tm->n;
     f.leaves = tm->leaves;
+    f.dep = tm->dep;
     f.used = 0;
     f.next = tm->ph[slot].next;
     gm__phase_free(&tm->ph[slot]);

@@ -852,6 +852,108 @@ static void test_plan_room(size_t dev, size_t host, int moves) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Belady's order for the test, as the rule says it: two passes around the
+   plan, each eviction scanning the held tensors for the one used farthest
+   ahead; gone[u]: the position of the second pass at which the tensor of
+   use u (as use_at) left the cache of `cap` bytes, or UINT32_MAX. */
+static void scan_gone(const gm__tier* tm, size_t cap, uint32_t* gone) {
+    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0;
+    uint32_t* held = (uint32_t*)calloc(nt, sizeof *held);
+    uint32_t* where = (uint32_t*)calloc(nt, sizeof *where); /* place in held + 1 */
+    uint32_t* last = (uint32_t*)calloc(nt, sizeof *last);
+    uint32_t* occ = (uint32_t*)calloc(nt, sizeof *occ);
+    uint64_t* next = (uint64_t*)calloc(nt, sizeof *next);
+    size_t used = 0;
+    memset(gone, 0xff, (size_t)n * sizeof *gone);
+    for (pass = 0; pass < 2; pass++) {
+        for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
+        for (p = 0; p < n; p++) {
+            uint32_t u;
+            t = GM__PLAN_T(tm->plan[p]);
+            u = occ[t]++;
+            if (!where[t]) {
+                while (used + tm->t[t].bytes > cap && nheld) {
+                    uint32_t j, far = 0, v;
+                    for (j = 1; j < nheld; j++)
+                        if (next[held[j]] > next[held[far]]) far = j;
+                    v = held[far];
+                    if (pass) gone[last[v]] = p;
+                    used -= tm->t[v].bytes;
+                    held[far] = held[--nheld];
+                    where[held[far]] = far + 1;
+                    where[v] = 0;
+                }
+                if (used + tm->t[t].bytes > cap) continue;
+                held[nheld++] = t;
+                where[t] = nheld;
+                used += tm->t[t].bytes;
+            }
+            last[t] = u;
+            next[t] = u + 1 < tm->use_first[t + 1] ? (uint64_t)pass * n + tm->use_at[u + 1]
+                                                   : (uint64_t)(pass + 1) * n + tm->use_at[tm->use_first[t]];
+        }
+    }
+    free(held), free(where), free(last), free(occ), free(next);
+}
+
+/* Where the plan moves tensors from the device to the host tier (gpumem.h,
+   gm__plan_dep), the room reads ahead from disk leave for them, against a
+   scan of Belady's two runs: at each position, the tensors the device's
+   run lets go there that the fast tiers' run keeps. Random steps of random
+   lengths over tensors of mixed sizes, on a device holding about a
+   quarter of them and a host tier an eighth; after each, the plan of the
+   phase expected next. */
+static void test_plan_dep(void) {
+    enum { L = 40, STEPS = 30 };
+    gm_context* ctx = disk_ctx(6 * MiB, 3 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    gm_tensor t[L];
+    unsigned long long rs = 5;
+    int i, k, q, moves = 0, differ = 0, plans = 0;
+    T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 0, NULL, NULL));
+    for (i = 0; i < L; i++) T_OK(gm_tensor_create(ctx, &t[i], (size_t)(1 + t_rand_r(&rs) % 8) * 128 * KiB));
+    for (k = 0; k < STEPS; k++) {
+        int len = 10 + (int)(t_rand_r(&rs) % 120);
+        gm__tier* tm;
+        for (q = 0; q < len; q++) {
+            void* p;
+            i = (int)(t_rand_r(&rs) % (k % 3 ? L : L / 4)); /* now and then a step that fits */
+            T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+            T_OK(gm_tensor_release(ctx, t[i], NULL, 0));
+        }
+        T_OK(gm_tier_step(ctx));
+        tm = gm__tier_of(ctx);
+        pthread_mutex_lock(&tm->mu);
+        if (T_CHECK(tm->leaves != NULL && tm->dep != NULL)) {
+            uint32_t n = tm->nplan, p, tt, u, at;
+            uint32_t* g0 = (uint32_t*)malloc(n * sizeof *g0);
+            uint32_t* g1 = (uint32_t*)malloc(n * sizeof *g1);
+            scan_gone(tm, ctx->budget, g0);
+            scan_gone(tm, tm->ph[tm->cur].tune.cap, g1);
+            differ += tm->dep[0] != n + 1;
+            for (p = 0; p < n; p++) {
+                at = tm->dep[p];
+                for (tt = 0; tt < tm->n; tt++) /* by tensor, then use: the order it is built in */
+                    for (u = tm->use_first[tt]; u < tm->use_first[tt + 1]; u++)
+                        if (g0[u] == p && g1[u] == UINT32_MAX) {
+                            differ += at >= tm->dep[p + 1] || tm->dep[at] != tt;
+                            at++;
+                            moves++;
+                        }
+                differ += at != tm->dep[p + 1];
+            }
+            plans++;
+            free(g0), free(g1);
+        }
+        pthread_mutex_unlock(&tm->mu);
+        T_EQ(gm_check(ctx), 0);
+    }
+    printf("the plan's moves to the host tier against a scan: %d plans, %d moves, %d differ\n", plans, moves, differ);
+    T_EQ(differ, 0);
+    T_CHECK(moves > plans);
+    for (i = 0; i < L; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    T_OK(gm_shutdown(ctx));
+}
+
 /* Learned order: a written tensor that Belady's order sends to disk starts
    its write when it is released (gpumem.h, gm__rel_do), once its use
    completed, with no other call: its disk copy lands while it stays on the
@@ -1372,6 +1474,7 @@ int main(int argc, char** argv) {
     test_failed_staged_write();
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
+    test_plan_dep();
     test_full_walk(WALK_STEPS / 2);
     test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
     test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
