@@ -12046,7 +12046,8 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
    tensor's use (gm__learn_ahead): else such a tensor, leaving the device
    with no copy below, finds the host tier full of reads ahead used sooner,
    goes to disk itself and comes back (bench/spill's transformer at 1.5x
-   moved 644-752 MiB a step through the disk where its plan moved 384).
+   moved 644-752 MiB a step through the disk where its plan moves 192 to
+   384, as its room is tuned).
    Left NULL when there is no memory for it: no room is left then.
    O(uses + plan). */
 static void gm__plan_dep(gm__tier* tm, uint32_t* const gone[2]) {
