@@ -332,4 +332,53 @@ static gm_tier_stats t_walk(gm_context* ctx, long steps, size_t big_max, int to_
     T_OK(gm_stream_destroy(ctx, st[1]));
     return ts;
 }
+/* Belady's order as the rule says it, for the tests of the plan: two
+   passes around it, each simulated eviction scanning the tensors held for
+   the one used farthest ahead. left[u] (when given) is 1 when the tensor of
+   use u (as use_at) leaves the cache of `cap` bytes before its next use;
+   gone[u] (when given) the position of the second pass at which it left,
+   else UINT32_MAX. */
+static inline void t_belady_scan(const gm__tier* tm, size_t cap, uint8_t* left, uint32_t* gone) {
+    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0;
+    uint32_t* held = (uint32_t*)calloc(nt, sizeof *held);
+    uint32_t* slot = (uint32_t*)calloc(nt, sizeof *slot); /* place in held + 1 */
+    uint32_t* curk = (uint32_t*)calloc(nt, sizeof *curk);
+    uint32_t* occ = (uint32_t*)calloc(nt, sizeof *occ);
+    uint64_t* next = (uint64_t*)calloc(nt, sizeof *next);
+    size_t used = 0;
+    if (left) memset(left, 0, n);
+    if (gone) memset(gone, 0xff, (size_t)n * sizeof *gone);
+    for (pass = 0; pass < 2; pass++) {
+        for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
+        for (p = 0; p < n; p++) {
+            uint32_t u, first, end;
+            t = GM__PLAN_T(tm->plan[p]);
+            u = occ[t]++;
+            first = tm->use_first[t];
+            end = tm->use_first[t + 1];
+            if (!slot[t]) {
+                while (used + tm->t[t].bytes > cap && nheld) {
+                    uint32_t j, far = 0, v;
+                    for (j = 1; j < nheld; j++)
+                        if (next[held[j]] > next[held[far]]) far = j;
+                    v = held[far];
+                    if (pass && left) left[curk[v]] = 1;
+                    if (pass && gone) gone[curk[v]] = p;
+                    used -= tm->t[v].bytes;
+                    held[far] = held[--nheld];
+                    slot[held[far]] = far + 1;
+                    slot[v] = 0;
+                }
+                if (used + tm->t[t].bytes > cap) continue;
+                held[nheld++] = t;
+                slot[t] = nheld;
+                used += tm->t[t].bytes;
+            }
+            curk[t] = u;
+            next[t] = u + 1 < end ? (uint64_t)pass * n + tm->use_at[u + 1] : (uint64_t)(pass + 1) * n + tm->use_at[first];
+        }
+    }
+    free(held), free(slot), free(curk), free(occ), free(next);
+}
+
 #endif

@@ -852,50 +852,6 @@ static void test_plan_room(size_t dev, size_t host, int moves) {
     T_OK(gm_shutdown(ctx));
 }
 
-/* Belady's order for the test, as the rule says it: two passes around the
-   plan, each eviction scanning the held tensors for the one used farthest
-   ahead; gone[u]: the position of the second pass at which the tensor of
-   use u (as use_at) left the cache of `cap` bytes, or UINT32_MAX. */
-static void scan_gone(const gm__tier* tm, size_t cap, uint32_t* gone) {
-    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0;
-    uint32_t* held = (uint32_t*)calloc(nt, sizeof *held);
-    uint32_t* where = (uint32_t*)calloc(nt, sizeof *where); /* place in held + 1 */
-    uint32_t* last = (uint32_t*)calloc(nt, sizeof *last);
-    uint32_t* occ = (uint32_t*)calloc(nt, sizeof *occ);
-    uint64_t* next = (uint64_t*)calloc(nt, sizeof *next);
-    size_t used = 0;
-    memset(gone, 0xff, (size_t)n * sizeof *gone);
-    for (pass = 0; pass < 2; pass++) {
-        for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
-        for (p = 0; p < n; p++) {
-            uint32_t u;
-            t = GM__PLAN_T(tm->plan[p]);
-            u = occ[t]++;
-            if (!where[t]) {
-                while (used + tm->t[t].bytes > cap && nheld) {
-                    uint32_t j, far = 0, v;
-                    for (j = 1; j < nheld; j++)
-                        if (next[held[j]] > next[held[far]]) far = j;
-                    v = held[far];
-                    if (pass) gone[last[v]] = p;
-                    used -= tm->t[v].bytes;
-                    held[far] = held[--nheld];
-                    where[held[far]] = far + 1;
-                    where[v] = 0;
-                }
-                if (used + tm->t[t].bytes > cap) continue;
-                held[nheld++] = t;
-                where[t] = nheld;
-                used += tm->t[t].bytes;
-            }
-            last[t] = u;
-            next[t] = u + 1 < tm->use_first[t + 1] ? (uint64_t)pass * n + tm->use_at[u + 1]
-                                                   : (uint64_t)(pass + 1) * n + tm->use_at[tm->use_first[t]];
-        }
-    }
-    free(held), free(where), free(last), free(occ), free(next);
-}
-
 /* Where the plan moves tensors from the device to the host tier (gpumem.h,
    gm__plan_dep), the room reads ahead from disk leave for them, against a
    scan of Belady's two runs: at each position, the tensors the device's
@@ -927,8 +883,8 @@ static void test_plan_dep(void) {
             uint32_t n = tm->nplan, p, tt, u, at;
             uint32_t* g0 = (uint32_t*)malloc(n * sizeof *g0);
             uint32_t* g1 = (uint32_t*)malloc(n * sizeof *g1);
-            scan_gone(tm, ctx->budget, g0);
-            scan_gone(tm, tm->ph[tm->cur].tune.cap, g1);
+            t_belady_scan(tm, ctx->budget, NULL, g0);
+            t_belady_scan(tm, tm->ph[tm->cur].tune.cap, NULL, g1);
             differ += tm->dep[0] != n + 1;
             for (p = 0; p < n; p++) {
                 at = tm->dep[p];

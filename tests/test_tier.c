@@ -631,53 +631,8 @@ static void test_write_behind_count(void) {
     T_OK(gm_shutdown(ctx));
 }
 
-/* Belady's order as the rule says it, for the test: two passes around the
-   plan, each simulated eviction scanning the tensors held for the one used
-   farthest ahead; out[u] is 1 when the tensor of use u (as use_at) leaves
-   the cache of `cap` bytes before its next use. */
-static void belady_scan(const gm__tier* tm, size_t cap, uint8_t* out) {
-    uint32_t n = tm->nplan, nt = tm->n, p, pass, t, nheld = 0;
-    uint32_t* held = (uint32_t*)calloc(nt, sizeof *held);
-    uint32_t* slot = (uint32_t*)calloc(nt, sizeof *slot);
-    uint32_t* curk = (uint32_t*)calloc(nt, sizeof *curk);
-    uint32_t* occ = (uint32_t*)calloc(nt, sizeof *occ);
-    uint64_t* next = (uint64_t*)calloc(nt, sizeof *next);
-    size_t used = 0;
-    memset(out, 0, n);
-    for (pass = 0; pass < 2; pass++) {
-        for (t = 0; t < nt; t++) occ[t] = tm->use_first[t];
-        for (p = 0; p < n; p++) {
-            uint32_t u, first, end;
-            t = GM__PLAN_T(tm->plan[p]);
-            u = occ[t]++;
-            first = tm->use_first[t];
-            end = tm->use_first[t + 1];
-            if (!slot[t]) {
-                while (used + tm->t[t].bytes > cap && nheld) {
-                    uint32_t j, far = 0, v;
-                    for (j = 1; j < nheld; j++)
-                        if (next[held[j]] > next[held[far]]) far = j;
-                    v = held[far];
-                    if (pass) out[curk[v]] = 1;
-                    used -= tm->t[v].bytes;
-                    held[far] = held[--nheld];
-                    slot[held[far]] = far + 1;
-                    slot[v] = 0;
-                }
-                if (used + tm->t[t].bytes > cap) continue;
-                held[nheld++] = t;
-                slot[t] = nheld;
-                used += tm->t[t].bytes;
-            }
-            curk[t] = u;
-            next[t] = u + 1 < end ? (uint64_t)pass * n + tm->use_at[u + 1] : (uint64_t)(pass + 1) * n + tm->use_at[first];
-        }
-    }
-    free(held), free(slot), free(curk), free(occ), free(next);
-}
-
 /* The plan's verdicts (Belady's order on a heap by next use, run when a
-   step ends) against belady_scan: random steps of random lengths over
+   step ends) against t_belady_scan: random steps of random lengths over
    tensors of mixed sizes, some used several times a step, on a device
    that holds about a quarter of them. */
 static void test_belady_heap(void) {
@@ -703,7 +658,7 @@ static void test_belady_heap(void) {
         if (T_CHECK(tm->leaves != NULL)) {
             uint8_t* want = (uint8_t*)malloc(tm->nplan);
             uint32_t u;
-            belady_scan(tm, ctx->budget, want);
+            t_belady_scan(tm, ctx->budget, want, NULL);
             for (u = 0; u < tm->nplan; u++) {
                 differ += want[u] != ((tm->leaves[u] & GM__LV_DEV) != 0);
                 leave += want[u];
