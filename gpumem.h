@@ -11859,14 +11859,12 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
                     for (b = 1; b <= back; b++) room -= gm__dep_need(ctx, tm, (tm->pos + tm->nplan - b) % tm->nplan);
                     qd = 1;
                 }
-                for (; qd < q; qd++) { /* the moves before y's use, and the copies read ahead for uses before it */
+                for (; qd <= q; qd++) { /* the moves up to y's use, and the copies read ahead for uses before it */
                     uint32_t p = (tm->pos + qd - 1) % tm->nplan;
                     const gm__tensor* z = &tm->t[GM__PLAN_T(tm->plan[p])];
                     room -= gm__dep_need(ctx, tm, p);
                     if (z->live && z->host_valid && !z->dev && z->hsoon) room -= (int64_t)gm__host_need(ctx, z->bytes);
                 }
-                room -= gm__dep_need(ctx, tm, (tm->pos + q - 1) % tm->nplan);
-                qd = q + 1;
                 if (room < (int64_t)gm__host_need(ctx, y->bytes)) break;
             }
             if (!gm__read_ahead(ctx, tm, y, q)) break;
@@ -12040,7 +12038,7 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
 
 /* Where Belady's order moves tensors from the device to the host tier
    (GM__LV_DEV, not GM__LV_DISK): tm->dep[p] .. tm->dep[p + 1] - 1 index,
-   in the same array after its n + 1 offsets, the tensors the device's run
+   in the same array after its n + 2 offsets, the tensors the device's run
    lets go at position p (gone[0]) to keep them in the host tier. A read
    ahead from disk leaves room for those that will need it before its
    tensor's use (gm__learn_ahead): else such a tensor, leaving the device
@@ -12050,22 +12048,25 @@ static void gm__belady_run(gm__tier* tm, const gm__bscr* w, size_t cap, uint8_t 
    384, as its room is tuned).
    Left NULL when there is no memory for it: no room is left then.
    O(uses + plan). */
+/* Whether use u's tensor is moved to the host tier by the device's run
+   (at gone[0][u]) and kept there by the fast tiers' run. */
+static int gm__moves_host(const gm__tier* tm, uint32_t* const gone[2], uint32_t u) {
+    return (tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < tm->nplan;
+}
+
 static void gm__plan_dep(gm__tier* tm, uint32_t* const gone[2]) {
     uint32_t n = tm->nplan, t, u, k = 0;
     uint32_t* d;
-    for (u = 0; u < n; u++) k += (tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < n;
-    d = (uint32_t*)gm__calloc(((size_t)n + 1 + k) * sizeof *d);
+    for (u = 0; u < n; u++) k += (uint32_t)gm__moves_host(tm, gone, u);
+    d = (uint32_t*)gm__calloc(((size_t)n + 2 + k) * sizeof *d);
     if (!d) return;
-    for (t = 0; t < tm->nuse_first; t++) /* counts by position, then offsets, then the tensors */
-        for (u = tm->use_first[t]; u < tm->use_first[t + 1]; u++)
-            if ((tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < n) d[gone[0][u] + 1]++;
-    d[0] = n + 1;
-    for (u = 0; u < n; u++) d[u + 1] += d[u];
+    for (u = 0; u < n; u++) /* counts two on, offsets one on, then each filled: offsets in place (as gm__phase_close) */
+        if (gm__moves_host(tm, gone, u)) d[gone[0][u] + 2]++;
+    d[0] = d[1] = n + 2;
+    for (u = 1; u <= n; u++) d[u + 1] += d[u];
     for (t = 0; t < tm->nuse_first; t++)
         for (u = tm->use_first[t]; u < tm->use_first[t + 1]; u++)
-            if ((tm->leaves[u] & (GM__LV_DEV | GM__LV_DISK)) == GM__LV_DEV && gone[0][u] < n) d[d[gone[0][u]]++] = t;
-    for (u = n; u > 0; u--) d[u] = d[u - 1]; /* each offset moved on by its own entries: back */
-    d[0] = n + 1;
+            if (gm__moves_host(tm, gone, u)) d[d[gone[0][u] + 1]++] = t;
     tm->dep = d;
 }
 

@@ -381,4 +381,24 @@ static inline void t_belady_scan(const gm__tier* tm, size_t cap, uint8_t* left, 
     free(held), free(slot), free(curk), free(occ), free(next);
 }
 
+/* For the tests of the plan: tensors of mixed sizes (128 KiB to 1 MiB),
+   and step k of random length over them (every third step over a quarter
+   of them: one that fits), each use an acquire and a release, then the
+   step's end. */
+static inline void t_plan_tensors(gm_context* ctx, gm_tensor* t, int n, unsigned long long* rs) {
+    int i;
+    for (i = 0; i < n; i++) T_OK(gm_tensor_create(ctx, &t[i], (size_t)(1 + t_rand_r(rs) % 8) * 128 * KiB));
+}
+
+static inline void t_plan_step(gm_context* ctx, const gm_tensor* t, int n, int k, unsigned long long* rs) {
+    int q, len = 10 + (int)(t_rand_r(rs) % 120);
+    for (q = 0; q < len; q++) {
+        void* p;
+        int i = (int)(t_rand_r(rs) % (unsigned long long)(k % 3 ? n : n / 4));
+        T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
+        T_OK(gm_tensor_release(ctx, t[i], NULL, 0));
+    }
+    T_OK(gm_tier_step(ctx));
+}
+
 #endif

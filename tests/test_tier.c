@@ -641,18 +641,11 @@ static void test_belady_heap(void) {
     gm__tier* tm = NULL;
     gm_tensor t[L];
     unsigned long long seed = 11;
-    int i, k, q, verdicts = 0, differ = 0, leave = 0;
+    int i, k, verdicts = 0, differ = 0, leave = 0;
     T_OK(gm_tier_set_policy(ctx, GM_EVICT_LEARNED, 0, NULL, NULL));
-    for (i = 0; i < L; i++) T_OK(gm_tensor_create(ctx, &t[i], (size_t)(1 + t_rand_r(&seed) % 8) * 128 * KiB));
+    t_plan_tensors(ctx, t, L, &seed);
     for (k = 0; k < STEPS; k++) {
-        int len = 10 + (int)(t_rand_r(&seed) % 120);
-        for (q = 0; q < len; q++) {
-            void* p;
-            i = (int)(t_rand_r(&seed) % (k % 3 ? L : L / 4)); /* now and then a step that fits */
-            T_OK(gm_tensor_acquire(ctx, t[i], NULL, &p));
-            T_OK(gm_tensor_release(ctx, t[i], NULL, 0));
-        }
-        T_OK(gm_tier_step(ctx));
+        t_plan_step(ctx, t, L, k, &seed);
         tm = gm__tier_of(ctx);
         pthread_mutex_lock(&tm->mu);
         if (T_CHECK(tm->leaves != NULL)) {
