@@ -702,6 +702,9 @@ typedef struct gm_tensor_info {
     unsigned acquired; /* nested acquires now */
     int written;     /* 0: never released as written: holds no bytes, and moving it costs nothing */
     int on_host, on_disk; /* valid copies below the device */
+    int lost;        /* 1: its bytes were lost (a swap that failed twice, the device or disk failing
+                        under it): an acquire refuses it with GM_ERR_IO unless it overwrites
+                        (GM_ACCESS_OVERWRITE), which makes it whole again */
 } gm_tensor_info;
 
 /* gm_launch_host_copy copies this many bytes of argument at most. */
@@ -8859,6 +8862,8 @@ typedef struct gm__tensor {
     unsigned read_ahead : 1; /* its host copy was read from disk ahead of use, not used yet */
     unsigned hcq : 1;       /* its slot is on tm->hcq (kept as the slot is reused) */
     unsigned hsoon : 1;     /* counted in tm->hsoon (gm__hsoon_is) */
+    unsigned lost : 1;      /* a swap that failed twice left its bytes unknown: reads are refused until
+                               an acquire overwrites it (or a release discards it) */
     uint32_t acquired;
     int priority;
     uint32_t crc;           /* CRC32C of the bytes on disk */
@@ -11230,22 +11235,48 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
    device memory, then the bounce into x's host block; each step waits for
    the one before (a last resort, not the fast path). A copy that fails
    undoes the chunks already traded (the trade is its own inverse), so both
-   tensors stay where they were. */
+   tensors stay where they were. When undoing fails too, no copy of some of
+   their bytes is left whole: both are marked lost (gm__swap_lost), and an
+   acquire refuses them until it overwrites them, rather than hand out
+   another tensor's bytes. */
 #define GM__SWAP_CHUNK (4 * GM__MIB)
+
+/* A swap that failed and could not be undone: x and v lost bytes (each
+   marked when its flag says so). */
+static void gm__swap_lost(gm_context* ctx, gm__tier* tm, gm__tensor* x, int lx, gm__tensor* v, int lv, gm_result r) {
+    if (lx) x->lost = 1;
+    if (lv) v->lost = 1;
+    gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x failed twice (%s); the bytes of %s are lost: "
+            "reads are refused until an acquire overwrites %s", gm__handle_id(tm, x), gm__handle_id(tm, v),
+            gm_result_string(r), lx && lv ? "both" : lx ? "the first" : "the second", lx && lv ? "them" : "it");
+}
 /* The bytes of a tensor of `bytes` in the swap's chunk at `off` of `chunk`
    bytes: 0 past its end, or when it has none to move (blank). */
 static size_t gm__swap_part(size_t bytes, int blank, size_t off, size_t chunk) {
     if (blank || off >= bytes) return 0;
     return bytes - off < chunk ? bytes - off : chunk;
 }
-static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* host, size_t out, size_t in) {
-    gm_result r = GM_OK;
+/* One chunk traded: the victim's `out` bytes device -> bounce, x's `in`
+   bytes host -> device, the bounce -> host. A copy in that fails puts the
+   victim's chunk back on the device from the bounce (a failed copy may have
+   written part of it); *mixed says when that failed too (the device chunk
+   is neither's). */
+static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* host, size_t out, size_t in, int* mixed) {
+    gm_result r = GM_OK, u = GM_OK;
+    *mixed = 0;
     if (out) r = ctx->be->copy(ctx, tm->bounce, dev, out, GM_COPY_DEVICE_TO_HOST, GM__OUT(tm));
     if (r == GM_OK && out) r = ctx->be->stream_sync(ctx, GM__OUT(tm));
-    if (r == GM_OK && in) r = ctx->be->copy(ctx, dev, host, in, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
+    if (r != GM_OK) return r; /* nothing changed yet */
+    if (in) r = ctx->be->copy(ctx, dev, host, in, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
     if (r == GM_OK && in) r = ctx->be->stream_sync(ctx, GM__IN(tm));
-    if (r == GM_OK && out) memcpy(host, tm->bounce, out);
-    return r;
+    if (r != GM_OK) {
+        if (out) u = ctx->be->copy(ctx, dev, tm->bounce, out, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
+        if (u == GM_OK && out) u = ctx->be->stream_sync(ctx, GM__IN(tm));
+        *mixed = u != GM_OK;
+        return r;
+    }
+    if (out) memcpy(host, tm->bounce, out);
+    return GM_OK;
 }
 
 /* The start of a swap, shared by both kinds: the victim for x (NULL: none
@@ -11293,6 +11324,7 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     char* dev;
     size_t off, done, at, step = GM__SWAP_CHUNK;
     gm_result r = GM_OK;
+    int mixed = 0;
     if (x->job || !x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY; /* the caller waits
                                                                                                   for x's I/O */
     if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
@@ -11307,21 +11339,23 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
         char* h = gm__host_span(&e, &at, off, GM__SWAP_CHUNK, &step);
         out = gm__swap_part(v->bytes, v->blank, off, step);
         in = gm__swap_part(x->bytes, blank, off, step);
-        r = gm__swap_chunk(ctx, tm, dev + off, h, out, in);
+        r = gm__swap_chunk(ctx, tm, dev + off, h, out, in, &mixed);
         if (r != GM_OK) break;
     }
     if (r != GM_OK) {
         gm_result u = GM_OK;
+        int m = 0;
         for (e = x->host, at = 0, done = 0; done < off && u == GM_OK; done += step) { /* trade the traded chunks back */
             size_t out, in;
             char* h = gm__host_span(&e, &at, done, GM__SWAP_CHUNK, &step);
             out = gm__swap_part(v->bytes, v->blank, done, step);
             in = gm__swap_part(x->bytes, blank, done, step);
-            u = gm__swap_chunk(ctx, tm, dev + done, h, in, out);
+            u = gm__swap_chunk(ctx, tm, dev + done, h, in, out, &m);
         }
-        if (u != GM_OK)
-            gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x failed twice (%s); their bytes are mixed",
-                    gm__handle_id(tm, x), gm__handle_id(tm, v), gm_result_string(u));
+        if (u != GM_OK) /* chunks left traded: each tensor's bytes are partly in the other's place */
+            gm__swap_lost(ctx, tm, x, 1, v, 1, u);
+        else if (mixed) /* the victim's chunk is in the bounce alone */
+            gm__swap_lost(ctx, tm, x, 0, v, 1, r);
         else
             gm__log(ctx, GM_LOG_WARN, "tier: swapping tensor %#x in failed (%s); it stays in the host tier",
                     gm__handle_id(tm, x), gm_result_string(r));
@@ -11353,8 +11387,16 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
    first onto the device; each step waits for the one before (a last
    resort). A step that fails puts its chunk back, and the chunks already
    traded are traded back (the trade is its own inverse), so both tensors
-   stay where they were; so does a read of x that fails its checksum. */
+   stay where they were; so does a read of x that fails its checksum.
+   When putting back fails too, gm__swap_lost marks what is in doubt: the
+   victim when its device copy may hold x's bytes, x when its extent may
+   hold the victim's (unless x's checksum tells it when read). blank: x's
+   bytes are not wanted (never written, or lost and overwritten now). */
 #define GM__SWAP_HALF (GM__SWAP_CHUNK / 2)
+/* What a chunk that failed and could not be put back left unknown:
+   x's chunk in the file, the victim's on the device. */
+#define GM__MIX_DISK 1
+#define GM__MIX_DEV 2
 static gm_result gm__swap_disk_chunk(gm_context* ctx, gm__tier* tm, gm__disk* dk, char* dev, uint64_t off, size_t out,
                                      size_t in, uint32_t* crc_out, uint32_t* crc_in, int* mixed) {
     char *a = (char*)tm->bounce, *b = (char*)tm->bounce + GM__SWAP_HALF;
@@ -11368,29 +11410,29 @@ static gm_result gm__swap_disk_chunk(gm_context* ctx, gm__tier* tm, gm__disk* dk
     if (r != GM_OK) return r; /* nothing changed yet */
     if (out && (r = gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, b, out, crc_out)) != GM_OK) {
         if (in) u = gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, a, in, &c); /* x's chunk back */
-        *mixed = u != GM_OK;
+        *mixed = u != GM_OK ? GM__MIX_DISK : 0;
         return r;
     }
     if (in) r = ctx->be->copy(ctx, dev, a, in, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
     if (r == GM_OK && in) r = ctx->be->stream_sync(ctx, GM__IN(tm));
-    if (r != GM_OK) { /* both chunks back where they were */
+    if (r != GM_OK) { /* both chunks back where they were, each tried whatever the other did */
         if (out) u = ctx->be->copy(ctx, dev, b, out, GM_COPY_HOST_TO_DEVICE, GM__IN(tm));
         if (u == GM_OK && out) u = ctx->be->stream_sync(ctx, GM__IN(tm));
-        if (u == GM_OK && in) u = gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, a, in, &c);
-        *mixed = u != GM_OK;
+        if (u != GM_OK) *mixed |= GM__MIX_DEV;
+        if (in && gm__disk_sync_mem(dk, GM__J_WRITE_MEM, off, a, in, &c) != GM_OK) *mixed |= GM__MIX_DISK;
         return r;
     }
     return GM_OK;
 }
 
-static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank) {
     gm__disk* dk = (gm__disk*)ctx->disk;
     gm__tensor* v;
     char* dev;
     uint64_t base;
     size_t off, done;
     uint32_t cv = 0, cx = 0, co, ci;
-    int blank = x->blank, mixed = 0;
+    int mixed = 0;
     gm_result r = GM_OK, u = GM_OK;
     if (!dk || x->job || !x->disk_valid || !x->disk || x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
     if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
@@ -11422,12 +11464,16 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
             size_t out = gm__swap_part(x->bytes, blank, done, GM__SWAP_HALF); /* roles reversed */
             size_t in = gm__swap_part(v->bytes, v->blank, done, GM__SWAP_HALF);
             int m = 0;
-            u = gm__swap_disk_chunk(ctx, tm, dk, dev + done, base + done, out, in, &co, &ci, &m);
-            mixed |= m;
+            u = gm__swap_disk_chunk(ctx, tm, dk, dev + done, base + done, out, in, &co, &ci, &m); /* m: with u */
         }
-        if (u != GM_OK || mixed)
-            gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensors %#x and %#x with disk failed twice (%s); their bytes are mixed",
-                    gm__handle_id(tm, x), gm__handle_id(tm, v), gm_result_string(u != GM_OK ? u : r));
+        if (u != GM_OK) /* chunks left traded: each tensor's bytes are partly in the other's place */
+            gm__swap_lost(ctx, tm, x, 1, v, 1, u);
+        else if ((mixed & GM__MIX_DEV) || ((mixed & GM__MIX_DISK) && !dk->checksum))
+            gm__swap_lost(ctx, tm, x, (mixed & GM__MIX_DISK) != 0, v, (mixed & GM__MIX_DEV) != 0, r);
+        else if (mixed) /* x's chunk in the file may differ: its checksum says so when it is read */
+            gm__log(ctx, GM_LOG_ERROR, "tier: swapping tensor %#x in from disk failed twice (%s); its copy there may "
+                    "differ from what was written, which its checksum tells when it is read", gm__handle_id(tm, x),
+                    gm_result_string(r));
         else if (r == GM_ERR_CHECKSUM)
             gm__log(ctx, GM_LOG_ERROR, "tier: tensor %#x (%zu bytes) read back from disk fails its checksum; "
                     "it stays on disk", gm__handle_id(tm, x), x->bytes);
@@ -11484,14 +11530,17 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         from_disk = !nocopy && !x->host_valid && x->disk_valid;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !x->host_valid && x->disk_valid) {
-        gm_result w = gm__swap_disk(ctx, tm, x); /* its bytes come in even for an overwrite: they stay whole */
+        gm_result w = gm__swap_disk(ctx, tm, x, x->blank || (overwrite && x->lost)); /* its bytes come in even for an
+                                                                                       overwrite (they stay whole),
+                                                                                       unless they were lost */
         if (w == GM_OK) {
             gm__tier_count(tm, x, 1);
             return GM_OK;
         }
         if (w != GM_ERR_OUT_OF_MEMORY) r = w;
     } else if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !from_disk) {
-        gm_result w = gm__swap_in(ctx, tm, x, x->blank); /* an overwrite keeps its bytes until the release */
+        gm_result w = gm__swap_in(ctx, tm, x, x->blank || (overwrite && x->lost)); /* an overwrite keeps its bytes
+                                                                                     until the release */
         if (w == GM_OK) {
             gm__tier_count(tm, x, 1);
             return GM_OK;
@@ -12408,6 +12457,11 @@ static gm_result gm__acq_check(gm_context* ctx, const gm__tensor* x, gm_tensor h
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: tensor %#x is acquired on another stream", h.id);
     if (!ctx->be->stream_valid(ctx, s)) /* a nested acquire too: the stream may have gone since the first */
         return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "tier: unknown or destroyed stream %p", (void*)s);
+    if (x->lost && a != GM_ACCESS_OVERWRITE) {
+        gm__log(ctx, GM_LOG_ERROR, "tier: tensor %#x lost its bytes in a swap that failed twice; only an acquire "
+                "that overwrites it (GM_ACCESS_OVERWRITE) is served", h.id);
+        return GM_ERR_IO;
+    }
     return GM_OK;
 }
 
@@ -12457,7 +12511,7 @@ static void* gm__acq_finish(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_str
         x->use_wr = 1;
         x->blank = 0;
     }
-    if (a == GM_ACCESS_OVERWRITE) x->use_ow = 1;
+    if (a == GM_ACCESS_OVERWRITE) x->use_ow = 1, x->lost = 0; /* its bytes are new */
     x->u.stream = s;
     x->prefetched = 0;
     x->stamp = ++tm->clock;
@@ -12506,7 +12560,7 @@ static void gm__rel_do(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s
         x->done_tk = ti;
         x->done_seq = (uint32_t)gm__tk_mark(ctx, tm, ti);
     }
-    if (discard) x->blank = 1;
+    if (discard) x->blank = 1, x->lost = 0; /* it holds no bytes now */
     x->stamp = ++tm->clock;
     if (--x->acquired == 0 && x->dev) {
         gm__lru_push(tm, x);
@@ -12855,6 +12909,7 @@ GPUMEM_API gm_result gm_tensor_get_info(gm_context* ctx, gm_tensor h, gm_tensor_
         out->written = !x->blank;
         out->on_host = x->host_valid;
         out->on_disk = x->disk_valid;
+        out->lost = x->lost;
     }
     pthread_mutex_unlock(&tm->mu);
     return out ? GM_OK : GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_tensor_get_info: no record to write");

@@ -331,6 +331,18 @@ static void test_swap_fails(void) {
         T_OK(gm_tier_get_stats(ctx, &ts));
         T_EQ(ts.swaps, 0);
         T_EQ(gm_check(ctx), 0);
+        /* the sixth (the third chunk's copy in) fails: the victim's chunk goes back onto the
+           device from the bounce buffer (a failed copy may have written part of it), and the
+           two chunks before are traded back */
+        T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_COPY, 6));
+        T_EQ(gm_tensor_acquire(ctx, t[h], NULL, &p), GM_ERR_COPY_FAILED);
+        T_EQ(where(ctx, t[h]), GM_TIER_HOST);
+        for (i = 0; i < 4; i++) {
+            gm_tensor_info info;
+            T_OK(gm_tensor_get_info(ctx, t[i], &info));
+            T_EQ(info.lost, 0);
+        }
+        T_EQ(gm_check(ctx), 0);
     }
     t_every_byte = 1;
     for (i = 0; i < 4; i++) verify(ctx, t[i], n, (unsigned)i + 7, NULL);
