@@ -444,7 +444,10 @@ typedef enum gm_sim_fault {
     GM_SIM_FAULT_DISK_WRITE,       /* the Nth chunk write completes with EIO */
     GM_SIM_FAULT_DISK_READ,        /* the Nth chunk read completes with EIO */
     GM_SIM_FAULT_DISK_SHORT,       /* the Nth chunk read or write moves only half (resumed) */
-    GM_SIM_FAULT_DISK_FULL         /* the Nth chunk write completes with ENOSPC */
+    GM_SIM_FAULT_DISK_FULL,        /* the Nth chunk write completes with ENOSPC */
+    GM_SIM_FAULT_DISK_RING         /* io_uring: the ring reports itself broken (EBADF) as the Nth chunk
+                                      completes; the disk tier stops, and what the kernel still holds
+                                      is reaped before its buffers are anyone else's */
 } gm_sim_fault;
 
 /* A tensor of the tiered manager: pool index and generation (id), so a
@@ -7383,7 +7386,7 @@ GPUMEM_API gm_result gm_sim_link_stats(gm_context* ctx, int dir, uint64_t* bytes
 GPUMEM_API gm_result gm_sim_inject(gm_context* ctx, gm_sim_fault fault, uint64_t nth) {
     gm__sim* sim;
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;
-    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_FULL)
+    if ((int)fault < GM_SIM_FAULT_DEVICE_ALLOC || (int)fault > GM_SIM_FAULT_DISK_RING)
         return GM__MISUSE(ctx, GM_ERR_INVALID_ARGUMENT, "gm_sim_inject: fault %d is none of gm_sim_fault", (int)fault);
     if (fault >= GM_SIM_FAULT_DISK_WRITE) { /* the disk tier's: any backend */
         gm__disk_inject(ctx, (int)fault - (int)GM_SIM_FAULT_DISK_WRITE, nth);
@@ -7682,7 +7685,11 @@ typedef struct gm__disk {
     gm__arena ar;
     int* pend;              /* pread/pwrite: completions not yet reaped, a ring */
     int npend, pend_head;
-    int broken;             /* the ring failed: no more transfers */
+    int broken;             /* the ring failed: no more transfers; what was in flight is still reaped
+                               from the ring's memory (gm__dio_break) */
+    int broken_inflight;    /* I/Os in flight when it broke, */
+    int drained;            /* and those reaped since */
+    uint64_t broken_log;    /* when the drain last said it waits */
     int waiting;            /* slots whose I/O waits to go again (again_at) */
     int sparse;             /* the file system cannot reserve (no fallocate): the file grows by ftruncate */
     /* the engine */
@@ -7693,7 +7700,7 @@ typedef struct gm__disk {
     pthread_cond_t done_cv; /* a job finished */
     gm__job *jobs, *done;
     size_t njobs, ndone;    /* ndone is read without the lock (atomically) */
-    uint64_t fault_ops[4], fault_at[4]; /* fault injection (gm_sim_inject), per gm_sim_fault disk kind */
+    uint64_t fault_ops[5], fault_at[5]; /* fault injection (gm_sim_inject), per gm_sim_fault disk kind */
     void* regbase[GM__REGBUFS]; /* registered buffers (NULL: slot free) */
     size_t reglen[GM__REGBUFS];
     int regsparse;          /* the table can be updated one buffer at a time */
@@ -7881,6 +7888,7 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
     size_t len = sl->len - sl->done;
     char* mem = sl->mem + sl->done;
     uint64_t off = sl->off + sl->done;
+    if (dk->broken) return GM_ERR_IO; /* nothing goes to a broken ring */
     if (len > dk->align && gm__disk_fault(dk, GM_SIM_FAULT_DISK_SHORT, len)) len = gm__round_up(len / 2, dk->align);
     gm__dio_account(dk);
     dk->inflight++;
@@ -7929,16 +7937,23 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
 }
 
 /* One completion: its slot and result (bytes, or -errno); the slot -1 when
-   there was none (nowait) or the ring broke. Called without dk->mu (it may
-   block); the pread ring is read with it held by the caller. */
-static void gm__dio_wait(gm__disk* dk, int nowait, unsigned timeout_us, int* k, int* res) {
+   there was none (nowait), -2 when the ring broke. Called without dk->mu
+   (it may block); the pread ring is read with it held by the caller.
+   drain: the ring broke (the caller read dk->broken), and completions are
+   only looked for, never waited for: a peek of the ring's memory, whose
+   failure to enter the kernel is passed over (the kernel still posts the
+   completions of what it holds there). */
+static void gm__dio_wait(gm__disk* dk, int nowait, int drain, unsigned timeout_us, int* k, int* res) {
     *k = -1;
     *res = 0;
 #ifdef GPUMEM_URING
     if (dk->uring) {
         struct io_uring_cqe* cqe = NULL;
         int e;
-        if (nowait) e = io_uring_peek_cqe(&dk->ring, &cqe);
+        if (drain) {
+            if (io_uring_peek_cqe(&dk->ring, &cqe) != 0 || !cqe) return;
+            e = 0;
+        } else if (nowait) e = io_uring_peek_cqe(&dk->ring, &cqe);
         else if (timeout_us) {
             struct __kernel_timespec ts;
             ts.tv_sec = 0;
@@ -7963,7 +7978,7 @@ static void gm__dio_wait(gm__disk* dk, int nowait, unsigned timeout_us, int* k, 
         return;
     }
 #endif
-    (void)timeout_us;
+    (void)timeout_us, (void)drain;
     if (!dk->npend) return;
     *k = dk->pend[2 * dk->pend_head];
     *res = dk->pend[2 * dk->pend_head + 1];
@@ -8003,31 +8018,36 @@ static void gm__dio_end(gm_context* ctx, gm__disk* dk, int k, int res) {
 /* Applies one completion to its slot and job (with dk->mu): a whole I/O
    marks the slot done, a short one goes again for the rest, an error
    fails the job. */
+/* The ring broke (res: its -errno), with dk->mu: nothing is sent from now
+   on, and every job fails. What the kernel still holds may yet read or
+   write its slot's buffer (a staging buffer, a host copy, the bounce
+   buffer), so each slot stays its job's, and each job unfinished, until
+   its completion is reaped: the engine keeps peeking at the ring's memory
+   (gm__dio_wait's drain), where the kernel posts them whatever failed to
+   enter it, and says every 10 s while any is missing. Slots waiting to go
+   again end (gm__dio_again). */
+static void gm__dio_break(gm_context* ctx, gm__disk* dk, int res) {
+    gm__job* j;
+    if (dk->broken) return;
+    gm__log(ctx, GM_LOG_ERROR, "disk: io_uring: %s; the disk tier stops (its %d I/Os in flight are reaped as they end)",
+            strerror(-res), dk->inflight);
+    dk->broken = 1;
+    dk->broken_inflight = dk->inflight;
+    dk->broken_log = gm__now_ns();
+    for (j = dk->jobs; j; j = j->next)
+        if (j->started && !j->finishing) gm__job_fail(j, GM_ERR_IO);
+}
+
 static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
     gm__dslot* sl;
     gm__job* j;
-    if (k == -2) { /* the ring broke: nothing more can be reaped or trusted */
-        int i;
-        gm__log(ctx, GM_LOG_ERROR, "disk: io_uring_wait_cqe: %s; the disk tier stops", strerror(-res));
-        dk->broken = 1;
-        gm__dio_account(dk);
-        dk->inflight = 0;
-        for (i = 0; i < dk->nslot; i++) {
-            if (dk->slot[i].again_at) { /* it goes nowhere now */
-                dk->slot[i].again_at = 0;
-                dk->waiting--;
-            }
-            if (dk->slot[i].job && dk->slot[i].job->kind == GM__J_READ_DEV) {
-                gm__job_fail(dk->slot[i].job, GM_ERR_IO);
-                dk->slot[i].io_done = 1;
-            } else if (dk->slot[i].job && dk->slot[i].job->sent > dk->slot[i].job->finished) {
-                gm__job_fail(dk->slot[i].job, GM_ERR_IO);
-                dk->slot[i].job->finished++;
-                dk->slot[i].job = NULL;
-            }
-        }
+    if (k == -2) {
+        gm__dio_break(ctx, dk, res);
         return;
     }
+    if (dk->uring && gm__disk_fault(dk, GM_SIM_FAULT_DISK_RING, dk->slot[k].len))
+        gm__dio_break(ctx, dk, -EBADF); /* this completion is the first the drain reaps */
+    if (dk->broken) dk->drained++;
     gm__dio_account(dk);
     dk->inflight--;
     sl = &dk->slot[k];
@@ -8327,7 +8347,7 @@ static void gm__job_finish(gm__disk* dk, gm__job* j) {
     int i, bad;
     gm__job** pp;
     pthread_mutex_lock(&dk->mu);
-    if (j->kind == GM__J_WRITE_DEV) /* slots still its own (a broken ring's I/O in flight): they come back */
+    if (j->kind == GM__J_WRITE_DEV) /* slots still its own (none should be: each was reaped): they come back */
         for (i = 0; i < dk->nslot; i++)
             if (dk->slot[i].job == j) dk->slot[i].job = NULL;
     pthread_mutex_unlock(&dk->mu);
@@ -8408,7 +8428,7 @@ static void* gm__disk_engine(void* arg) {
             }
         }
         while (dk->inflight) { /* completions that are there already */
-            gm__dio_wait(dk, 1, 0, &k, &res);
+            gm__dio_wait(dk, 1, dk->broken, 0, &k, &res);
             if (k == -1) break;
             gm__dio_complete(ctx, dk, k, res);
             did = 1;
@@ -8424,10 +8444,20 @@ static void* gm__disk_engine(void* arg) {
         }
         if (did) continue;
         if (dk->stop && !dk->jobs && !dk->inflight) break;
-        if (dk->inflight && dk->uring) { /* sleep on I/O; briefly when a gate, a copy or an I/O's moment
-                                            to go again may come meanwhile */
+        if (dk->inflight && dk->uring && dk->broken) { /* draining a broken ring: a look every ms */
+            uint64_t now = gm__now_ns();
+            if (now - dk->broken_log >= 10000000000ull) {
+                dk->broken_log = now;
+                gm__log(ctx, GM_LOG_ERROR, "disk: %d I/Os of the broken ring have not ended; their buffers stay theirs",
+                        dk->inflight);
+            }
             pthread_mutex_unlock(&dk->mu);
-            gm__dio_wait(dk, 0, stuck || again_at ? 200 : 0, &k, &res);
+            gm__sleep_until_ns(now + 1000000);
+            pthread_mutex_lock(&dk->mu);
+        } else if (dk->inflight && dk->uring) { /* sleep on I/O; briefly when a gate, a copy or an I/O's moment
+                                                   to go again may come meanwhile */
+            pthread_mutex_unlock(&dk->mu);
+            gm__dio_wait(dk, 0, 0, stuck || again_at ? 200 : 0, &k, &res);
             pthread_mutex_lock(&dk->mu);
             if (k != -1) gm__dio_complete(ctx, dk, k, res);
         } else if (again_at) { /* an I/O goes again then: until then, or 50 us when stuck (1 ms at most) */

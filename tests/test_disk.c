@@ -390,6 +390,67 @@ static void flip_byte(off_t off) {
     close(rw);
 }
 
+/* The io_uring ring reports itself broken as the first chunk of a write of
+   64 completes (GM_SIM_FAULT_DISK_RING), with the rest still in flight:
+   the disk tier stops, the write fails and its tensor stays where it was,
+   and every I/O the kernel still held is reaped from the ring before its
+   slot, or the memory it reads or writes, is anyone else's (before, they
+   were all declared done at once, and their buffers could be reused while
+   the kernel still wrote them). Later disk operations fail cleanly. */
+static void test_ring_broken(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm__disk* dk;
+    gm_tensor a, b;
+    void* p;
+    const size_t n = 4 * MiB;
+    int i, inflight = 1, drained = 0, at_break = 0;
+    d.device_budget = 64 * MiB;
+    d.host_budget = 64 * MiB;
+    d.disk_dir = dir;
+    d.disk_io = GM_DISK_IO_URING;
+    d.disk_chunk = 64 * 1024;
+    ctx = t_setup(d);
+    dk = (gm__disk*)ctx->disk;
+    if (!dk || !dk->uring) {
+        printf("ring broken: skipped (no io_uring here)\n");
+        T_OK(gm_shutdown(ctx));
+        return;
+    }
+    T_OK(gm_tensor_create(ctx, &a, n));
+    fill(ctx, a, n, 41, NULL);
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK));
+    T_OK(gm_tensor_create(ctx, &b, n));
+    fill(ctx, b, n, 42, NULL);
+    t_log_count = 0;
+    T_OK(gm_sim_inject(ctx, GM_SIM_FAULT_DISK_RING, 1));
+    T_EQ(gm_tensor_evict_to(ctx, b, GM_TIER_DISK), GM_ERR_IO);
+    T_EQ(where(ctx, b), GM_TIER_DEVICE);
+    T_CHECK(t_log_count > 0);
+    for (i = 0; i < 5000 && inflight; i++) { /* the engine reaps what was in flight */
+        pthread_mutex_lock(&dk->mu);
+        inflight = dk->inflight;
+        drained = dk->drained;
+        at_break = dk->broken_inflight;
+        pthread_mutex_unlock(&dk->mu);
+        if (inflight) usleep(1000);
+    }
+    T_EQ(inflight, 0);
+    T_CHECK(at_break >= 2); /* the write's other chunks were in flight as it broke */
+    T_EQ(drained, at_break); /* each reaped, none declared done */
+    printf("ring broken: %d I/Os in flight as it broke, %d reaped after\n", at_break, drained);
+    T_EQ(gm_check(ctx), 0);
+    T_EQ(gm_tensor_acquire(ctx, a, NULL, &p), GM_ERR_IO); /* the disk tier stopped: a stays there */
+    T_EQ(where(ctx, a), GM_TIER_DISK);
+    T_EQ(gm_tensor_evict_to(ctx, b, GM_TIER_DISK), GM_ERR_IO);
+    verify(ctx, b, n, 42, NULL);
+    T_OK(gm_tensor_evict(ctx, b)); /* the host tier still works */
+    verify(ctx, b, n, 42, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_shutdown(ctx));
+}
+
 static void test_faults(gm_disk_io io) {
     gm_context* ctx = disk_ctx(64 * MiB, 64 * MiB, 0, io, GM_TOGGLE_DEFAULT);
     gm_tensor a;
@@ -1490,6 +1551,7 @@ int main(int argc, char** argv) {
     test_host_pieces_disk();
     test_disk_align_host();
     test_faults(GM_DISK_IO_URING);
+    test_ring_broken();
     test_faults(GM_DISK_IO_PREAD);
     test_checksum_off();
     test_budget();
