@@ -11205,7 +11205,7 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
    tensors used after it, through tm->evict_after); others climb the
    allocator's whole ladder (waits, the cache given back, the hooks).
    GM_ERR_OUT_OF_MEMORY when none of it finds room. */
-static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative) {
+static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative, int free_only) {
     uint32_t id = gm__handle_id(tm, x);
     gm_result r;
     int more, compacted = 0;
@@ -11219,7 +11219,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         if (gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_FIT, GM__OWN_TENSOR, id) == GM_OK) return GM_OK;
         if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | grow, GM__OWN_TENSOR, id); /* a new segment */
-        if (r != GM_ERR_OUT_OF_MEMORY) break;
+        if (r != GM_ERR_OUT_OF_MEMORY || free_only) break;
         if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
         if (more) continue;
         /* free segments too small one by one may together make one (classic segments) */
@@ -11232,7 +11232,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         if (!(got = gm__evict_some(ctx, tm))) break;
         tm->try_evicted += got;
     }
-    if (r == GM_ERR_OUT_OF_MEMORY && !speculative)
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !free_only)
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), grow | GM__A_SOFT, GM__OWN_TENSOR, id);
     if (r != GM_OK) x->dev = NULL;
     return r;
@@ -11244,7 +11244,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
    first. */
 static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int prefetch) {
-    gm_result r = gm__dev_get(ctx, tm, x, speculative);
+    gm_result r = gm__dev_get(ctx, tm, x, speculative, 0);
     if (r != GM_ERR_OUT_OF_MEMORY || speculative) return r;
     if (!gm__wants_managed(ctx, x->bytes)) return r;
     r = gm__managed_get(ctx, &x->managed, x->bytes, s, GM__OWN_TENSOR);
@@ -11537,6 +11537,30 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int
    slots), ready_seq marked after it (or after the allocation, when there
    is nothing to copy: x is blank, or `overwrite`, its bytes not wanted).
    On failure the room goes back and x stays in the tier it was in. */
+/* Learned order with a disk tier: x's host copy comes to the device,
+   whose room needs a victim with no copy below, and the host tier has no
+   free room for that victim and no spare copy to drop (one whose tensor the
+   device holds too). Made the usual way, the room costs the disk: x's host
+   copy stays (a spare until x is written) while the victim, or a host copy
+   it pushes out, goes to disk and is read back later. Whether x and the
+   victim trade places instead (gm__swap_in: the victim's bytes into x's
+   host block, no disk I/O, at the cost of two copies waited for): the
+   tiers then hold the same tensors as before, as Belady's order over
+   device and host together counts them, where the usual way drops one
+   (bench/spill, layers at 2x: 640 MiB a step through the disk, Belady's
+   512 with the trade). The victim is the one gm__swap_in takes. */
+static int gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+    gm__tensor *v, *h;
+    if (!ctx->disk || !GM__PLANNED(tm) || !x->host_valid || !x->host || x->job || x->dev || x->managed || x->blank)
+        return 0;
+    v = gm__victim(ctx, tm, 0, x);
+    if (!v || v->blank || v->disk_valid) return 0; /* none, or it leaves for free */
+    if (tm->host_used + tm->host_jobs + gm__host_need(ctx, v->bytes) <= ctx->desc.host_budget)
+        return 0; /* room as it is (in pieces, maybe) */
+    h = gm__host_victim(tm, v, 1, 0);
+    return !h || !GM__HOLDS(h);
+}
+
 static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int overwrite) {
     gm_result r;
@@ -11552,7 +11576,15 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     }
     gm__tier_count(tm, x, -1);
     from_disk = !nocopy && !x->host_valid && x->disk_valid;
-    r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk));
+    r = GM_ERR_OUT_OF_MEMORY;
+    if (!nocopy && x->host_valid && ctx->disk && GM__PLANNED(tm)) { /* free room first; else a trade may save a write */
+        r = gm__dev_get(ctx, tm, x, speculative, 1);
+        if (r == GM_ERR_OUT_OF_MEMORY && gm__swap_saves(ctx, tm, x) && gm__swap_in(ctx, tm, x, 0) == GM_OK) {
+            gm__tier_count(tm, x, 1);
+            return GM_OK;
+        }
+    }
+    if (r != GM_OK) r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk));
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative && x->job) { /* its I/O first (counted): a swap depends on where it is */
         gm__tier_count(tm, x, 1); /* the job's end counts it anew */
         (void)gm__io_wait(ctx, tm, x);
@@ -12410,7 +12442,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     /* room: the device (evicting others if needed), else the host tier,
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
-    r = gm__dev_get(ctx, tm, x, 0);
+    r = gm__dev_get(ctx, tm, x, 0, 0);
     if (r == GM_OK) {
         x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
     } else if (r == GM_ERR_OUT_OF_MEMORY) {
