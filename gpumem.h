@@ -127,7 +127,9 @@
     whose slot it fits and whose bytes fit its host block (a swap, through
     a 4 MiB bounce buffer, chunk by chunk, waiting for each copy: slow but
     no failure; gm_tier_stats.swaps counts them), and only when no victim
-    fits, GM_ERR_OUT_OF_MEMORY.
+    fits, GM_ERR_OUT_OF_MEMORY. Under GM_EVICT_LEARNED with a disk tier a
+    tensor coming from the host tier also swaps when its device victim
+    finds no room in the host tier: no copy goes through the disk for it.
 
     Say what an acquire does with the bytes, and release as acquired:
         gm_use u[3] = {{w, GM_ACCESS_READ}, {x, GM_ACCESS_READ},
@@ -647,8 +649,9 @@ typedef struct gm_tier_stats {
     int64_t disk_depth_ns;    /* I/Os in flight, integrated over time: disk_depth_ns /
                                  disk_busy_ns is the mean queue depth while busy */
     int64_t swaps;            /* of the evictions, those that traded places with a tensor brought
-                                 in from the host tier (device and host both full) or from disk
-                                 (every tier full) */
+                                 in from the host tier (device and host both full; learned order
+                                 with a disk tier: whenever the victim finds no host room) or from
+                                 disk (every tier full) */
     int64_t disk_backlog_ns;  /* time with chunks waiting while the I/O queue is full or every
                                  staging slot is taken (the disk is the bottleneck then) */
     int64_t disk_backlog_depth_ns; /* I/Os in flight integrated over that time: the ratio is the
@@ -8015,9 +8018,6 @@ static void gm__dio_end(gm_context* ctx, gm__disk* dk, int k, int res) {
     sl->job = NULL;
 }
 
-/* Applies one completion to its slot and job (with dk->mu): a whole I/O
-   marks the slot done, a short one goes again for the rest, an error
-   fails the job. */
 /* The ring broke (res: its -errno), with dk->mu: nothing is sent from now
    on, and every job fails. What the kernel still holds may yet read or
    write its slot's buffer (a staging buffer, a host copy, the bounce
@@ -8038,6 +8038,9 @@ static void gm__dio_break(gm_context* ctx, gm__disk* dk, int res) {
         if (j->started && !j->finishing) gm__job_fail(j, GM_ERR_IO);
 }
 
+/* Applies one completion to its slot and job (with dk->mu): a whole I/O
+   marks the slot done, a short one goes again for the rest, an error
+   fails the job; k -2: the ring broke. */
 static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
     gm__dslot* sl;
     gm__job* j;
@@ -8893,7 +8896,7 @@ typedef struct gm__tensor {
     unsigned hcq : 1;       /* its slot is on tm->hcq (kept as the slot is reused) */
     unsigned hsoon : 1;     /* counted in tm->hsoon (gm__hsoon_is) */
     unsigned lost : 1;      /* a swap that failed twice left its bytes unknown: reads are refused until
-                               an acquire overwrites it (or a release discards it) */
+                               an acquire overwrites it */
     uint32_t acquired;
     int priority;
     uint32_t crc;           /* CRC32C of the bytes on disk */
@@ -11265,10 +11268,10 @@ static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
    device memory, then the bounce into x's host block; each step waits for
    the one before (a last resort, not the fast path). A copy that fails
    undoes the chunks already traded (the trade is its own inverse), so both
-   tensors stay where they were. When undoing fails too, no copy of some of
-   their bytes is left whole: both are marked lost (gm__swap_lost), and an
-   acquire refuses them until it overwrites them, rather than hand out
-   another tensor's bytes. */
+   tensors stay where they were. When undoing fails too, some bytes of one
+   or both are left nowhere whole: those are marked lost (gm__swap_lost),
+   and an acquire refuses them until it overwrites them, rather than hand
+   out another tensor's bytes. */
 #define GM__SWAP_CHUNK (4 * GM__MIB)
 
 /* A swap that failed and could not be undone: x and v lost bytes (each
@@ -11397,6 +11400,7 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     v->host_valid = 1;
     x->host = NULL;
     x->host_valid = 0;
+    x->read_ahead = 0; /* used, if it was read ahead */
     x->hr_seq = 0;
     x->out_seq = 0;
     gm__tier_count(tm, v, 1);
@@ -11532,11 +11536,6 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int
     return GM_OK;
 }
 
-/* Brings x to the device for stream s: room allocated on `in`, the copy on
-   `in` (from the host copy once whole, else from disk through the staging
-   slots), ready_seq marked after it (or after the allocation, when there
-   is nothing to copy: x is blank, or `overwrite`, its bytes not wanted).
-   On failure the room goes back and x stays in the tier it was in. */
 /* Learned order with a disk tier: x's host copy comes to the device,
    whose room needs a victim with no copy below, and the host tier has no
    free room for that victim and no spare copy to drop (one whose tensor the
@@ -11561,6 +11560,11 @@ static int gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     return !h || !GM__HOLDS(h);
 }
 
+/* Brings x to the device for stream s: room allocated on `in`, the copy on
+   `in` (from the host copy once whole, else from disk through the staging
+   slots), ready_seq marked after it (or after the allocation, when there
+   is nothing to copy: x is blank, or `overwrite`, its bytes not wanted).
+   On failure the room goes back and x stays in the tier it was in. */
 static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int overwrite) {
     gm_result r;
