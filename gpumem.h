@@ -10130,8 +10130,8 @@ static gm__tensor* gm__write_soonest(gm_context* ctx, gm__tier* tm) {
    it (one held nowhere else) being used sooner, as Belady's order says;
    never when the plan sends v to disk before its next use and keeps x
    (its run over the whole step knows the room better than one look
-   ahead: bench/spill's transformer at 1.5x, 472 MiB a step through the
-   disk without this, 424 with it; at 2x, 632 and 616). */
+   ahead: bench/spill's transformer at 1.5x, 412-472 MiB a step through
+   the disk without this, 400-448 with it; at 2x, 632 and 616-632). */
 static int gm__goes_around(const gm_context* ctx, const gm__tier* tm, const gm__tensor* x, const gm__tensor* v) {
     if (!ctx->disk || !GM__PLANNED(tm) || !v || GM__HOLDS(v)) return 0;
     if (gm__leaves(tm, (uint32_t)(v - tm->t)) && !gm__leaves(tm, (uint32_t)(x - tm->t))) return 0;
