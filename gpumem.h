@@ -11318,10 +11318,10 @@ static gm_result gm__swap_chunk(gm_context* ctx, gm__tier* tm, char* dev, char* 
 }
 
 /* The start of a swap, shared by both kinds: the victim for x (NULL: none
-   fits), the bounce buffer made, and every copy that used the victim's
-   device copy over. */
-static gm__tensor* gm__swap_begin(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_result* r) {
-    gm__tensor* v = gm__victim(ctx, tm, 0, x);
+   fits; `v`, when the caller chose it), the bounce buffer made, and every
+   copy that used the victim's device copy over. */
+static gm__tensor* gm__swap_begin(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm__tensor* v, gm_result* r) {
+    if (!v) v = gm__victim(ctx, tm, 0, x);
     *r = GM_ERR_OUT_OF_MEMORY;
     if (!v) return NULL;
     if (!tm->bounce) {
@@ -11356,8 +11356,7 @@ static void gm__swap_handover(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm__
     tm->st.swaps++;
 }
 
-static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank) {
-    gm__tensor* v;
+static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int blank, gm__tensor* v) {
     const gm__block* e;
     char* dev;
     size_t off, done, at, step = GM__SWAP_CHUNK;
@@ -11365,7 +11364,7 @@ static gm_result gm__swap_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, int b
     int mixed = 0;
     if (x->job || !x->host_valid || !x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY; /* the caller waits
                                                                                                   for x's I/O */
-    if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
+    if ((v = gm__swap_begin(ctx, tm, x, v, &r)) == NULL) return r;
     /* every copy that used x's host copy is over too */
     gm__tk_sync_at(ctx, tm, GM__TK_OUT, x->out_seq);
     gm__tk_sync_at(ctx, tm, GM__TK_IN, x->hr_seq);
@@ -11474,7 +11473,7 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int
     int mixed = 0;
     gm_result r = GM_OK, u = GM_OK;
     if (!dk || x->job || !x->disk_valid || !x->disk || x->host || x->dev || x->managed) return GM_ERR_OUT_OF_MEMORY;
-    if ((v = gm__swap_begin(ctx, tm, x, &r)) == NULL) return r;
+    if ((v = gm__swap_begin(ctx, tm, x, NULL, &r)) == NULL) return r;
     if (dk->direct && ((uintptr_t)tm->bounce % dk->align || GM__SWAP_HALF % dk->align)) {
         gm__log(ctx, GM_LOG_WARN, "tier: no swap with disk: the bounce buffer is not aligned for direct I/O (%zu bytes)",
                 dk->align);
@@ -11542,27 +11541,33 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int
 }
 
 /* Learned order with a disk tier: x's host copy comes to the device,
-   whose room needs a victim with no copy below, and the host tier has no
-   free room for that victim and no spare copy to drop (one whose tensor the
-   device holds too). Made the usual way, the room costs the disk: x's host
-   copy stays (a spare until x is written) while the victim, or a host copy
-   it pushes out, goes to disk and is read back later. Whether x and the
-   victim trade places instead (gm__swap_in: the victim's bytes into x's
-   host block, no disk I/O, at the cost of two copies waited for): the
-   tiers then hold the same tensors as before, as Belady's order over
-   device and host together counts them, where the usual way drops one
-   (bench/spill, layers at 2x: 640 MiB a step through the disk, Belady's
-   512 with the trade). The victim is the one gm__swap_in takes. */
-static int gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+   which has no free room, and the host tier has no free room either, and
+   no copy to give up without a write (none whose tensor the device holds
+   too, none with a valid copy on disk). Made the usual way, the room costs
+   the disk: x's host copy stays (a spare until x is written) while the
+   device victim, or a host copy it pushes out, is written to disk and read
+   back later. The victim the plan would evict (the heaps' top, O(log n)),
+   when it can trade places with x (no copy below, no I/O, its bytes fit
+   x's host block and x fits its device block), is returned: x and it trade
+   instead (gm__swap_in, no disk I/O, at the cost of two copies waited
+   for), and the tiers hold the same tensors as before, as Belady's order
+   over device and host together counts them (bench/spill, layers at 2x:
+   640 MiB a step through the disk, Belady's 512 with the trade). NULL:
+   the usual way. Cheapest tests first: a miss with room pays O(1). */
+static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__tensor *v, *h;
+    size_t free_room;
     if (!ctx->disk || !GM__PLANNED(tm) || !x->host_valid || !x->host || x->job || x->dev || x->managed || x->blank)
-        return 0;
-    v = gm__victim(ctx, tm, 0, x);
-    if (!v || v->blank || v->disk_valid) return 0; /* none, or it leaves for free */
-    if (tm->host_used + tm->host_jobs + gm__host_need(ctx, v->bytes) <= ctx->desc.host_budget)
-        return 0; /* room as it is (in pieces, maybe) */
-    h = gm__host_victim(tm, v, 1, 0);
-    return !h || !GM__HOLDS(h);
+        return NULL;
+    free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
+    if (gm__host_need(ctx, x->bytes) <= free_room) return NULL; /* room for any victim that could trade */
+    h = gm__host_victim(tm, x, 1, 0);
+    if (h && (GM__HOLDS(h) || h->disk_valid)) return NULL; /* a copy goes without a write */
+    v = gm__victim(ctx, tm, 0, NULL);
+    if (!v || v->blank || v->disk_valid || v->host || v->job || v->prefetched == 2 || v->bytes > gm__host_cap(x->host) ||
+        gm__retag(ctx, v->dev, 0, 0) < x->bytes || gm__host_need(ctx, v->bytes) <= free_room)
+        return NULL; /* it cannot trade, or it leaves for free, or it finds room */
+    return v;
 }
 
 /* Brings x to the device for stream s: room allocated on `in`, the copy on
@@ -11588,7 +11593,8 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     r = GM_ERR_OUT_OF_MEMORY;
     if (!nocopy && x->host_valid && ctx->disk && GM__PLANNED(tm)) { /* free room first; else a trade may save a write */
         r = gm__dev_get(ctx, tm, x, speculative, 1);
-        if (r == GM_ERR_OUT_OF_MEMORY && gm__swap_saves(ctx, tm, x) && gm__swap_in(ctx, tm, x, 0) == GM_OK) {
+        gm__tensor* v = r == GM_ERR_OUT_OF_MEMORY ? gm__swap_saves(ctx, tm, x) : NULL;
+        if (v && gm__swap_in(ctx, tm, x, 0, v) == GM_OK) {
             gm__tier_count(tm, x, 1);
             return GM_OK;
         }
@@ -11610,7 +11616,7 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
         }
         if (w != GM_ERR_OUT_OF_MEMORY) r = w;
     } else if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !from_disk) {
-        gm_result w = gm__swap_in(ctx, tm, x, x->blank || (overwrite && x->lost)); /* an overwrite keeps its bytes
+        gm_result w = gm__swap_in(ctx, tm, x, x->blank || (overwrite && x->lost), NULL); /* an overwrite keeps its bytes
                                                                                      until the release */
         if (w == GM_OK) {
             gm__tier_count(tm, x, 1);
