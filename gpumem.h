@@ -11547,12 +11547,13 @@ static gm_result gm__swap_disk(gm_context* ctx, gm__tier* tm, gm__tensor* x, int
    the disk: x's host copy stays (a spare until x is written) while the
    device victim, or a host copy it pushes out, is written to disk and read
    back later. The victim the plan would evict (the heaps' top, O(log n)),
-   when it can trade places with x (no copy below, no I/O, its bytes fit
-   x's host block and x fits its device block), is returned: x and it trade
+   or when it cannot trade places with x (a copy below, I/O under way, its
+   bytes too many for x's host block or its device block too small for x)
+   the best that can (a walk of the device's tensors), is returned: x and it trade
    instead (gm__swap_in, no disk I/O, at the cost of two copies waited
    for), and the tiers hold the same tensors as before, as Belady's order
    over device and host together counts them (bench/spill, layers at 2x:
-   640 MiB a step through the disk, Belady's 512 with the trade). NULL:
+   640 MiB a step through the disk, 512-560 with the trade, Belady's 512). NULL:
    the usual way. Cheapest tests first: a miss with room pays O(1). */
 static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
     gm__tensor *v, *h;
@@ -11564,9 +11565,11 @@ static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) 
     h = gm__host_victim(tm, x, 1, 0);
     if (h && (GM__HOLDS(h) || h->disk_valid)) return NULL; /* a copy goes without a write */
     v = gm__victim(ctx, tm, 0, NULL);
-    if (!v || v->blank || v->disk_valid || v->host || v->job || v->prefetched == 2 || v->bytes > gm__host_cap(x->host) ||
-        gm__retag(ctx, v->dev, 0, 0) < x->bytes || gm__host_need(ctx, v->bytes) <= free_room)
-        return NULL; /* it cannot trade, or it leaves for free, or it finds room */
+    if (v && (v->host || v->job || v->prefetched == 2 || v->bytes > gm__host_cap(x->host) ||
+              gm__retag(ctx, v->dev, 0, 0) < x->bytes))
+        v = gm__victim(ctx, tm, 0, x); /* the top cannot trade: the best that can (a walk, only once a write is due) */
+    if (!v || v->blank || v->disk_valid || gm__host_need(ctx, v->bytes) <= free_room)
+        return NULL; /* none can trade, or it leaves for free, or it finds room */
     return v;
 }
 
