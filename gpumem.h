@@ -10547,6 +10547,14 @@ static int gm__vh_top(gm__tier* tm, gm__tensor** out, uint64_t* nu) {
    clean_only: only those whose host copy is still valid. swap: only those
    that can trade places with that host tensor (gm__swap_in). Learned
    order's plain choice comes from the heap; the rest walk the list. */
+/* Whether device tensor v may trade places with `swap` (a swap): it fits
+   swap's room below (`below` bytes), swap fits its device memory, and it
+   has no copy below (none on disk either, for a swap with disk). */
+static int gm__swappable(gm_context* ctx, const gm__tensor* v, const gm__tensor* swap, size_t below) {
+    return !v->job && !v->host && v->prefetched != 2 && v->bytes <= below && (swap->host || !v->disk_valid) &&
+           gm__retag(ctx, v->dev, 0, 0) >= swap->bytes;
+}
+
 static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, const gm__tensor* swap) {
     gm__tensor *x, *best = NULL;
     uint64_t best_next = 0;
@@ -10567,9 +10575,7 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
         uint64_t nu;
         x = GM__LRU(tm, k);
         if (x->pinned || !x->dev || x->acquired || (clean_only && !x->host_valid && !x->disk_valid)) continue;
-        if (swap && (x->job || x->host || x->prefetched == 2 || x->bytes > below ||
-                     (!swap->host && x->disk_valid) || gm__retag(ctx, x->dev, 0, 0) < swap->bytes))
-            continue; /* a swap's: it fits x's room below, x fits its device memory, and it has no copy below */
+        if (swap && !gm__swappable(ctx, x, swap, below)) continue;
         if (tm->policy == GM_EVICT_CUSTOM && tm->vfn) {
             if (n == tm->ncandcap) {
                 uint32_t cap = tm->ncandcap ? tm->ncandcap * 2 : 64;
@@ -11565,8 +11571,7 @@ static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) 
     h = gm__host_victim(tm, x, 1, 0);
     if (h && (GM__HOLDS(h) || h->disk_valid)) return NULL; /* a copy goes without a write */
     v = gm__victim(ctx, tm, 0, NULL);
-    if (v && (v->host || v->job || v->prefetched == 2 || v->bytes > gm__host_cap(x->host) ||
-              gm__retag(ctx, v->dev, 0, 0) < x->bytes))
+    if (v && !gm__swappable(ctx, v, x, gm__host_cap(x->host)))
         v = gm__victim(ctx, tm, 0, x); /* the top cannot trade: the best that can (a walk, only once a write is due) */
     if (!v || v->blank || v->disk_valid || gm__host_need(ctx, v->bytes) <= free_room)
         return NULL; /* none can trade, or it leaves for free, or it finds room */
