@@ -1541,6 +1541,256 @@ static void test_clean_looks(void) {
     }
 }
 
+/* Threads on one context with a disk tier: four threads acquire, write,
+   read back, prefetch, evict (to the host tier or to disk), reprioritize,
+   destroy and make again their own tensors of mixed sizes (4 KiB to 3 MiB,
+   about three times what the device and host tiers hold together), so
+   that each one's misses evict the others' tensors through the host tier
+   to disk and back; under learned order the first thread also ends steps
+   (gm_tier_step) while the others run. A fifth thread runs gm_check, asks
+   where tensors are and reads the statistics, and with `faults` arms disk
+   faults now and then (failing, short and out-of-space writes, failing
+   reads): a call may answer GM_ERR_IO or GM_ERR_DISK_FULL, nothing else.
+   Then the faults are disarmed, and every thread reads back every tensor
+   it wrote: nothing may be lost. */
+#define TD_THREADS 4
+#define TD_TENSORS 10
+typedef struct td_shared {
+    gm_context* ctx;
+    gm_tensor all[TD_THREADS * TD_TENSORS];
+    pthread_mutex_t mu;
+    pthread_barrier_t bar;
+    int steps, learned, faults, stop, errs, faulted;
+} td_shared;
+typedef struct td_arg {
+    td_shared* sh;
+    int id;
+} td_arg;
+
+static void td_bad(td_shared* sh, int id, const char* what, gm_result e) {
+    pthread_mutex_lock(&sh->mu);
+    if (sh->errs++ < 8) printf("threads on disk: thread %d: %s: %s\n", id, what, gm_result_string(e));
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* Whether e is what an armed disk fault may answer (counted). */
+static int td_fault(td_shared* sh, gm_result e) {
+    if (!sh->faults || (e != GM_ERR_IO && e != GM_ERR_DISK_FULL)) return 0;
+    pthread_mutex_lock(&sh->mu);
+    sh->faulted++;
+    pthread_mutex_unlock(&sh->mu);
+    return 1;
+}
+
+static void td_publish(td_shared* sh, gm_tensor* slot, gm_tensor h) {
+    pthread_mutex_lock(&sh->mu); /* the checker reads the array as it changes */
+    *slot = h;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* Copies p's n bytes in (write) or out and checks them against seed. */
+static void td_bytes(td_shared* sh, int id, gm_stream s, void* p, unsigned char* buf, size_t n, unsigned seed,
+                     int write, size_t stride) {
+    size_t j;
+    if (write)
+        for (j = 0; j < n; j++) buf[j] = pat(seed, j);
+    if (gm_memcpy_async(sh->ctx, write ? p : buf, write ? buf : p, n,
+                        write ? GM_COPY_HOST_TO_DEVICE : GM_COPY_DEVICE_TO_HOST, s) != GM_OK ||
+        gm_stream_synchronize(sh->ctx, s) != GM_OK)
+        td_bad(sh, id, "copy", GM_ERR_COPY_FAILED);
+    if (!write)
+        for (j = 0; j < n; j += stride)
+            if (buf[j] != pat(seed, j)) {
+                td_bad(sh, id, "bytes lost", GM_OK);
+                pthread_mutex_lock(&err_mu);
+                byte_errors++;
+                pthread_mutex_unlock(&err_mu);
+                break;
+            }
+}
+
+static void* td_worker(void* a) {
+    td_arg* ta = (td_arg*)a;
+    td_shared* sh = ta->sh;
+    gm_context* ctx = sh->ctx;
+    int id = ta->id, i, k;
+    gm_stream s;
+    gm_tensor* t = sh->all + id * TD_TENSORS;
+    size_t size[TD_TENSORS];
+    unsigned seed[TD_TENSORS]; /* 0: never written */
+    unsigned long long r = 0x9E3779B97F4A7C15ull * (unsigned long long)(id + 7);
+    unsigned char* buf = (unsigned char*)malloc(3 * MiB + 4 * KiB);
+    if (!buf || gm_stream_create(ctx, &s) != GM_OK) {
+        td_bad(sh, id, "setup", GM_ERR_HOST_OUT_OF_MEMORY);
+        free(buf);
+        pthread_barrier_wait(&sh->bar);
+        pthread_barrier_wait(&sh->bar);
+        return NULL;
+    }
+    for (k = 0; k < TD_TENSORS; k++) {
+        gm_tensor h;
+        gm_result e;
+        size[k] = 4 * KiB + (size_t)(t_rand_r(&r) % (3 * MiB));
+        seed[k] = 0;
+        if ((e = gm_tensor_create(ctx, &h, size[k])) != GM_OK) td_bad(sh, id, "create", e);
+        td_publish(sh, &t[k], h);
+    }
+    for (i = 0; i < sh->steps; i++) {
+        unsigned long long x = t_rand_r(&r);
+        int o = (int)((x >> 16) % TD_TENSORS);
+        void* p;
+        gm_result e = GM_OK;
+        k = (int)(x % TD_TENSORS);
+        switch ((x >> 8) % 16) {
+        case 0: /* a hint: with the other threads' tensors acquired there may be no hole of its size */
+            e = gm_tensor_prefetch(ctx, t[o], s);
+            if (e != GM_OK && e != GM_ERR_OUT_OF_MEMORY && !td_fault(sh, e)) td_bad(sh, id, "prefetch", e);
+            break;
+        case 1:
+            if ((e = gm_tensor_evict(ctx, t[o])) != GM_OK && !td_fault(sh, e)) td_bad(sh, id, "evict", e);
+            break;
+        case 2:
+            if ((e = gm_tensor_evict_to(ctx, t[o], GM_TIER_DISK)) != GM_OK && !td_fault(sh, e))
+                td_bad(sh, id, "evict to disk", e);
+            break;
+        case 3:
+            if ((e = gm_tensor_set_priority(ctx, t[o], (int)((x >> 20) % 3), 0)) != GM_OK)
+                td_bad(sh, id, "set_priority", e);
+            break;
+        case 4: { /* gone, and another in its place */
+            gm_tensor h;
+            if ((e = gm_tensor_destroy(ctx, t[o])) != GM_OK) td_bad(sh, id, "destroy", e);
+            size[o] = 4 * KiB + (size_t)((x >> 24) % (3 * MiB));
+            seed[o] = 0;
+            if ((e = gm_tensor_create(ctx, &h, size[o])) != GM_OK) td_bad(sh, id, "create", e);
+            td_publish(sh, &t[o], h);
+            break;
+        }
+        case 5:
+            if (id == 0 && sh->learned && (e = gm_tier_step(ctx)) != GM_OK) td_bad(sh, id, "step", e);
+            break;
+        default:
+            break;
+        }
+        if ((e = gm_tensor_acquire(ctx, t[k], s, &p)) != GM_OK) {
+            if (!td_fault(sh, e)) td_bad(sh, id, "acquire", e);
+            continue;
+        }
+        if (seed[k] && (x >> 32) % 3) { /* read back what was written last */
+            td_bytes(sh, id, s, p, buf, size[k], seed[k], 0, 97);
+            if ((e = gm_tensor_release(ctx, t[k], s, 0)) != GM_OK) td_bad(sh, id, "release", e);
+        } else {
+            seed[k] = (unsigned)(x >> 40) | 1u;
+            td_bytes(sh, id, s, p, buf, size[k], seed[k], 1, 1);
+            if ((e = gm_tensor_release(ctx, t[k], s, 1)) != GM_OK) td_bad(sh, id, "release", e);
+        }
+    }
+    pthread_barrier_wait(&sh->bar); /* the checker stops, the faults are disarmed */
+    pthread_barrier_wait(&sh->bar);
+    for (k = 0; k < TD_TENSORS; k++) { /* every byte of what each tensor holds */
+        void* p;
+        gm_result e;
+        if (!seed[k]) continue;
+        if ((e = gm_tensor_acquire(ctx, t[k], s, &p)) != GM_OK) {
+            td_bad(sh, id, "acquire after the faults", e);
+            continue;
+        }
+        td_bytes(sh, id, s, p, buf, size[k], seed[k], 0, 1);
+        if ((e = gm_tensor_release(ctx, t[k], s, 0)) != GM_OK) td_bad(sh, id, "release", e);
+    }
+    if (gm_stream_synchronize(ctx, s) != GM_OK || gm_stream_destroy(ctx, s) != GM_OK) td_bad(sh, id, "stream", GM_OK);
+    free(buf);
+    return NULL;
+}
+
+static void* td_checker(void* a) {
+    td_shared* sh = (td_shared*)a;
+    static const gm_sim_fault kinds[] = {GM_SIM_FAULT_DISK_WRITE, GM_SIM_FAULT_DISK_READ, GM_SIM_FAULT_DISK_SHORT,
+                                         GM_SIM_FAULT_DISK_FULL};
+    unsigned long long r = 3;
+    intptr_t n = 0;
+    int stop = 0;
+    while (!stop) {
+        gm_tier w;
+        gm_tier_stats st;
+        gm_tensor_info info;
+        gm_tensor x;
+        gm_result e;
+        pthread_mutex_lock(&sh->mu);
+        x = sh->all[t_rand_r(&r) % (TD_THREADS * TD_TENSORS)];
+        stop = sh->stop;
+        pthread_mutex_unlock(&sh->mu);
+        if (gm_check(sh->ctx) != 0) td_bad(sh, -1, "gm_check", GM_OK);
+        e = gm_tensor_where(sh->ctx, x, &w); /* one destroyed meanwhile is a stale handle */
+        if (e != GM_OK && e != GM_ERR_STALE_HANDLE) td_bad(sh, -1, "where", e);
+        e = gm_tensor_get_info(sh->ctx, x, &info);
+        if (e != GM_OK && e != GM_ERR_STALE_HANDLE) td_bad(sh, -1, "get_info", e);
+        if (gm_tier_get_stats(sh->ctx, &st) != GM_OK) td_bad(sh, -1, "stats", GM_OK);
+        if (sh->faults && t_rand_r(&r) % 4 == 0) {
+            unsigned long long q = t_rand_r(&r);
+            if ((e = gm_sim_inject(sh->ctx, kinds[q % 4], 1 + (q >> 8) % 32)) != GM_OK) td_bad(sh, -1, "inject", e);
+        }
+        n++;
+        usleep(200);
+    }
+    return (void*)n;
+}
+
+static void test_threads_disk(int learned, int faults, int steps) {
+    static td_shared sh; /* large: not on the stack */
+    td_arg args[TD_THREADS];
+    pthread_t th[TD_THREADS], ck;
+    gm_tier_stats st;
+    gm_sim_fault f;
+    void* checks;
+    long before = byte_errors;
+    int k;
+    memset(&sh, 0, sizeof sh);
+    sh.ctx = disk_ctx(24 * MiB, 16 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
+    sh.steps = steps;
+    sh.learned = learned;
+    sh.faults = faults;
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_barrier_init(&sh.bar, NULL, TD_THREADS + 1);
+    if (learned) T_OK(gm_tier_set_policy(sh.ctx, GM_EVICT_LEARNED, 4, NULL, NULL));
+    { /* the manager exists before the checker asks */
+        gm_tensor h;
+        T_OK(gm_tensor_create(sh.ctx, &h, 64));
+        T_OK(gm_tensor_destroy(sh.ctx, h));
+    }
+    pthread_create(&ck, NULL, td_checker, &sh);
+    for (k = 0; k < TD_THREADS; k++) {
+        args[k].sh = &sh;
+        args[k].id = k;
+        pthread_create(&th[k], NULL, td_worker, &args[k]);
+    }
+    pthread_barrier_wait(&sh.bar);
+    pthread_mutex_lock(&sh.mu);
+    sh.stop = 1;
+    pthread_mutex_unlock(&sh.mu);
+    pthread_join(ck, &checks);
+    for (f = GM_SIM_FAULT_DISK_WRITE; f <= GM_SIM_FAULT_DISK_FULL; f = (gm_sim_fault)(f + 1))
+        T_OK(gm_sim_inject(sh.ctx, f, 0));
+    pthread_barrier_wait(&sh.bar);
+    for (k = 0; k < TD_THREADS; k++) pthread_join(th[k], NULL);
+    T_EQ(sh.errs, 0);
+    T_EQ(byte_errors - before, 0);
+    T_CHECK((intptr_t)checks > 0);
+    T_EQ(gm_check(sh.ctx), 0);
+    T_OK(gm_tier_get_stats(sh.ctx, &st));
+    T_CHECK(st.bytes_to_disk > 0 && st.bytes_from_disk > 0); /* the threads spilled each other's tensors */
+    if (faults) T_CHECK(st.disk_errors > 0);
+    printf("threads on disk (%s%s): %d threads, %lld bytes to disk, %lld from, %d calls answered with a disk fault, "
+           "%ld checks beside\n", learned ? "learned" : "LRU", faults ? ", disk faults" : "", TD_THREADS,
+           (long long)st.bytes_to_disk, (long long)st.bytes_from_disk, sh.faulted, (long)(intptr_t)checks);
+    for (k = 0; k < TD_THREADS * TD_TENSORS; k++) T_OK(gm_tensor_destroy(sh.ctx, sh.all[k]));
+    T_EQ(errors_now(sh.ctx), 0);
+    T_EQ(gm_check(sh.ctx), 0);
+    T_OK(gm_shutdown(sh.ctx));
+    pthread_barrier_destroy(&sh.bar);
+    pthread_mutex_destroy(&sh.mu);
+}
+
 int main(int argc, char** argv) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     snprintf(dir, sizeof dir, "%s/gpumem-test-XXXXXX", base ? base : "/var/tmp");
@@ -1576,6 +1826,10 @@ int main(int argc, char** argv) {
     test_plan_room(8 * MiB, 4 * MiB, 1);
     test_plan_room(32 * MiB, 8 * MiB, 0);
     test_plan_dep();
+    test_threads_disk(0, 0, WALK_STEPS / 4);
+    test_threads_disk(1, 0, WALK_STEPS / 4);
+    test_threads_disk(1, 1, WALK_STEPS / 4);
+    test_threads_disk(0, 1, WALK_STEPS / 4);
     test_full_walk(WALK_STEPS / 2);
     test_walk(argc > 1 ? atol(argv[1]) : WALK_STEPS, GM_DISK_IO_DEFAULT, 24 * MiB, 12 * MiB);
     test_walk(WALK_STEPS / 3, GM_DISK_IO_PREAD, 8 * MiB, 4 * MiB);
