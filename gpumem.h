@@ -9496,6 +9496,12 @@ static size_t gm__host_need(const gm_context* ctx, size_t bytes) {
     return gm__round_up(bytes ? bytes : 1, u);
 }
 
+/* The host budget no copy and no disk job holds. */
+static size_t gm__host_free_room(const gm_context* ctx, const gm__tier* tm) {
+    size_t used = tm->host_used + tm->host_jobs, h = ctx->desc.host_budget;
+    return used < h ? h - used : 0;
+}
+
 /* A host copy of `bytes` (its first writer orders itself after its ord,
    gm__host_order), or NULL when the pool is full. */
 static gm__block* gm__host_alloc(gm_context* ctx, gm__tier* tm, size_t bytes) {
@@ -10254,7 +10260,7 @@ static void gm__host_clean(gm_context* ctx, gm__tier* tm) {
         tm->nhcq = k;
         return;
     }
-    free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
+    free_room = gm__host_free_room(ctx, tm);
     if (free_room >= ctx->desc.host_budget / 2) return; /* the loop below would find enough already */
     soon = tm->hsoon;
     while (free_room + soon < ctx->desc.host_budget / 2) {
@@ -11219,22 +11225,28 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
    segments give back). A speculative request stops there (and evicts only
    tensors used after it, through tm->evict_after); others climb the
    allocator's whole ladder (waits, the cache given back, the hooks).
+   how: GM__ROOM_ANY; GM__ROOM_FREE, free room only (no eviction, no
+   ladder); GM__ROOM_EVICT, as ANY but the caller has just found no free
+   room (GM__ROOM_FREE): the first round starts at the eviction.
    GM_ERR_OUT_OF_MEMORY when none of it finds room. */
-static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative, int free_only) {
+enum { GM__ROOM_ANY, GM__ROOM_FREE, GM__ROOM_EVICT };
+static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative, int how) {
     uint32_t id = gm__handle_id(tm, x);
-    gm_result r;
-    int more, compacted = 0;
+    gm_result r = GM_ERR_OUT_OF_MEMORY;
+    int more = 0, compacted = 0, looked = how == GM__ROOM_EVICT;
     size_t got;
     unsigned grow = tm->exact ? GM__A_EXACT : GM__A_PACK; /* new segments sized for the budget */
     tm->try_evicted = 0; /* for the out-of-memory line */
-    for (;;) {
+    for (;; looked = 0) {
         /* a free block of exactly its size: no place packs better, and it is
            found without weighing every place (the cost of a miss stays
            independent of how many tensors there are) */
-        if (gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_FIT, GM__OWN_TENSOR, id) == GM_OK) return GM_OK;
-        if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
-        r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | grow, GM__OWN_TENSOR, id); /* a new segment */
-        if (r != GM_ERR_OUT_OF_MEMORY || free_only) break;
+        if (!looked) {
+            if (gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_FIT, GM__OWN_TENSOR, id) == GM_OK) return GM_OK;
+            if (gm__place(ctx, tm, x, 0, &more) == GM_OK) return GM_OK; /* a free place, packed */
+            r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | grow, GM__OWN_TENSOR, id); /* a new segment */
+        }
+        if (r != GM_ERR_OUT_OF_MEMORY || how == GM__ROOM_FREE) break;
         if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
         if (more) continue;
         /* free segments too small one by one may together make one (classic segments) */
@@ -11247,7 +11259,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         if (!(got = gm__evict_some(ctx, tm))) break;
         tm->try_evicted += got;
     }
-    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && !free_only)
+    if (r == GM_ERR_OUT_OF_MEMORY && !speculative && how != GM__ROOM_FREE)
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), grow | GM__A_SOFT, GM__OWN_TENSOR, id);
     if (r != GM_OK) x->dev = NULL;
     return r;
@@ -11258,8 +11270,8 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
    happen), prefetched to the device on s unless bytes are to be copied in
    first. */
 static gm_result gm__dev_room(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
-                              int prefetch) {
-    gm_result r = gm__dev_get(ctx, tm, x, speculative, 0);
+                              int prefetch, int how) {
+    gm_result r = gm__dev_get(ctx, tm, x, speculative, how);
     if (r != GM_ERR_OUT_OF_MEMORY || speculative) return r;
     if (!gm__wants_managed(ctx, x->bytes)) return r;
     r = gm__managed_get(ctx, &x->managed, x->bytes, s, GM__OWN_TENSOR);
@@ -11567,7 +11579,7 @@ static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) 
     size_t free_room;
     if (!ctx->disk || !GM__PLANNED(tm) || !x->host_valid || !x->host || x->job || x->dev || x->managed || x->blank)
         return NULL;
-    free_room = ctx->desc.host_budget - tm->host_used - tm->host_jobs;
+    free_room = gm__host_free_room(ctx, tm);
     if (gm__host_need(ctx, x->bytes) <= free_room) return NULL; /* room for any victim that could trade */
     h = gm__host_victim(tm, x, 1, 0);
     if (h && (GM__HOLDS(h) || h->disk_valid)) return NULL; /* a copy goes without a write */
@@ -11587,7 +11599,7 @@ static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) 
 static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int overwrite) {
     gm_result r;
-    int from_disk, nocopy = x->blank || overwrite;
+    int from_disk, nocopy = x->blank || overwrite, looked = 0; /* looked: no free room was found */
     if (x->dev || x->managed) return GM_OK;
     if (!nocopy && x->job && !x->host_valid) { /* a read into the host tier is under way: it is the quickest way in */
         if (speculative) return GM_OK;
@@ -11601,14 +11613,17 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     from_disk = !nocopy && !x->host_valid && x->disk_valid;
     r = GM_ERR_OUT_OF_MEMORY;
     if (!nocopy && x->host_valid && ctx->disk && GM__PLANNED(tm)) { /* free room first; else a trade may save a write */
-        r = gm__dev_get(ctx, tm, x, speculative, 1);
+        r = gm__dev_get(ctx, tm, x, speculative, GM__ROOM_FREE);
         gm__tensor* v = r == GM_ERR_OUT_OF_MEMORY ? gm__swap_saves(ctx, tm, x) : NULL;
         if (v && gm__swap_in(ctx, tm, x, 0, v) == GM_OK) {
             gm__tier_count(tm, x, 1);
             return GM_OK;
         }
+        looked = r == GM_ERR_OUT_OF_MEMORY && !v; /* a swap that failed may have left room: looked again */
     }
-    if (r != GM_OK) r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk));
+    if (r != GM_OK)
+        r = gm__dev_room(ctx, tm, x, s, speculative, nocopy || (!x->host_valid && !from_disk),
+                         looked ? GM__ROOM_EVICT : GM__ROOM_ANY);
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative && x->job) { /* its I/O first (counted): a swap depends on where it is */
         gm__tier_count(tm, x, 1); /* the job's end counts it anew */
         (void)gm__io_wait(ctx, tm, x);
@@ -11910,7 +11925,7 @@ static int gm__dev_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream
     gm__tier_count(tm, x, -1);
     tm->evict_after = after;
     x->acquired++; /* not a victim of its own room */
-    r = gm__dev_room(ctx, tm, x, s, 1, 0);
+    r = gm__dev_room(ctx, tm, x, s, 1, 0, GM__ROOM_ANY);
     x->acquired--;
     gm__host_note(tm, x); /* it may be given up again */
     tm->evict_after = 0;
@@ -12004,9 +12019,8 @@ static void gm__learn_ahead(gm_context* ctx, gm__tier* tm, gm_stream s) {
             if (tm->dep) {
                 if (!qd) { /* once a tensor to read is found: free room, or held by copies that go without a write,
                               less the moves due already, not made yet */
-                    size_t used = tm->host_used + tm->host_jobs, h = ctx->desc.host_budget;
                     uint32_t back = tm->nplan - far < GM__DEP_BACK ? tm->nplan - far : GM__DEP_BACK, b;
-                    room = (int64_t)(h - (used < h ? used : h)) + (int64_t)tm->hsoon;
+                    room = (int64_t)gm__host_free_room(ctx, tm) + (int64_t)tm->hsoon;
                     for (b = 1; b <= back; b++) room -= gm__dep_need(ctx, tm, (tm->pos + tm->nplan - b) % tm->nplan);
                     qd = 1;
                 }
@@ -12482,7 +12496,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     /* room: the device (evicting others if needed), else the host tier,
        else the disk (nothing to write: the contents are undefined), else
        the fallback */
-    r = gm__dev_get(ctx, tm, x, 0, 0);
+    r = gm__dev_get(ctx, tm, x, 0, GM__ROOM_ANY);
     if (r == GM_OK) {
         x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
     } else if (r == GM_ERR_OUT_OF_MEMORY) {
@@ -12494,7 +12508,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
             x->disk_valid = 1;
             r = GM_OK;
         } else {
-            r = gm__dev_room(ctx, tm, x, NULL, 0, 1);
+            r = gm__dev_room(ctx, tm, x, NULL, 0, 1, GM__ROOM_ANY);
         }
     }
     if (r != GM_OK) {
