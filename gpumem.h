@@ -1113,6 +1113,26 @@ static uint64_t gm__now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A warning whose cause persists call after call (a full file system under
+   the spill file, no room below the device) is logged at most once per
+   GM__QUIET_NS: whether to log now, and then in `note` how many were left
+   out since the last one ("" when none). *last and *held are the caller's,
+   under its lock. */
+#define GM__QUIET_NS 10000000000ull
+static int gm__quiet(uint64_t* last, uint64_t* held, char* note, size_t cap) {
+    uint64_t now = gm__now_ns();
+    if (*last && now - *last < GM__QUIET_NS) {
+        ++*held;
+        return 0;
+    }
+    if (*held) snprintf(note, cap, " (and %llu times in the last %llu s, not logged)", (unsigned long long)*held,
+                        (unsigned long long)((now - *last) / 1000000000u));
+    else note[0] = 0;
+    *last = now;
+    *held = 0;
+    return 1;
+}
+
 static void gm__sleep_until_ns(uint64_t t) {
     for (;;) {
         uint64_t now = gm__now_ns();
@@ -7695,6 +7715,7 @@ typedef struct gm__disk {
     uint64_t broken_log;    /* when the drain last said it waits */
     int waiting;            /* slots whose I/O waits to go again (again_at) */
     int sparse;             /* the file system cannot reserve (no fallocate): the file grows by ftruncate */
+    uint64_t grow_log, grow_held; /* the file could not grow: last logged, and since (gm__quiet) */
     /* the engine */
     pthread_t th;
     int running, stop;
@@ -8764,8 +8785,11 @@ static int gm__disk_grow(gm_context* ctx, void* owner, size_t bytes) {
     gm__disk* dk = (gm__disk*)owner;
     if (!dk->sparse && fallocate(dk->fd, 0, (off_t)dk->reserved, (off_t)bytes) != 0) {
         if (errno != EOPNOTSUPP && errno != ENOSYS) {
-            gm__log(ctx, GM_LOG_WARN, "disk: cannot reserve %zu more bytes of spill file in %s: %s", bytes,
-                    ctx->disk_dir, strerror(errno));
+            int e = errno;
+            char note[96];
+            if (gm__quiet(&dk->grow_log, &dk->grow_held, note, sizeof note))
+                gm__log(ctx, GM_LOG_WARN, "disk: cannot reserve %zu more bytes of spill file in %s: %s%s", bytes,
+                        ctx->disk_dir, strerror(e), note);
             return 0;
         }
         dk->sparse = 1; /* NFS, some FUSE and older ZFS: the file grows all the same, unreserved */
@@ -8773,8 +8797,11 @@ static int gm__disk_grow(gm_context* ctx, void* owner, size_t bytes) {
                 "without, and a full disk shows as a failed write (GM_ERR_DISK_FULL)", ctx->disk_dir, strerror(errno));
     }
     if (dk->sparse && ftruncate(dk->fd, (off_t)(dk->reserved + bytes)) != 0) {
-        gm__log(ctx, GM_LOG_WARN, "disk: cannot grow the spill file in %s by %zu bytes: %s", ctx->disk_dir, bytes,
-                strerror(errno));
+        int e = errno;
+        char note[96];
+        if (gm__quiet(&dk->grow_log, &dk->grow_held, note, sizeof note))
+            gm__log(ctx, GM_LOG_WARN, "disk: cannot grow the spill file in %s by %zu bytes: %s%s", ctx->disk_dir,
+                    bytes, strerror(e), note);
         return 0;
     }
     if (!gm__arena_add(&dk->ar, (uintptr_t)(dk->reserved + dk->align), bytes, 1)) return 0;
@@ -9014,6 +9041,7 @@ typedef struct gm__tier {
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
+    uint64_t below_log, below_held; /* no room below the device: last logged, and since (gm__quiet) */
     uint64_t lclock;        /* for lseq */
     gm__vent* vh;           /* learned victims (>>tier: learned victims) */
     uint32_t nvh, capvh;
@@ -10307,8 +10335,10 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
         gm__block* e = hb || !ctx->disk ? NULL : gm__disk_alloc(ctx, (gm__disk*)ctx->disk, x->bytes);
         if (!hb && !e) hb = gm__host_room(ctx, tm, x->bytes, x, 0);
         if (!hb && !e) {
-            gm__log(ctx, GM_LOG_WARN, "tier: no room below the device for tensor %#x (%zu bytes, never written): "
-                    "it stays on the device", gm__handle_id(tm, x), x->bytes);
+            char note[96];
+            if (gm__quiet(&tm->below_log, &tm->below_held, note, sizeof note))
+                gm__log(ctx, GM_LOG_WARN, "tier: no room below the device for tensor %#x (%zu bytes, never written): "
+                        "it stays on the device%s", gm__handle_id(tm, x), x->bytes, note);
             return GM_ERR_HOST_OUT_OF_MEMORY;
         }
         gm__tier_count(tm, x, -1);

@@ -1541,6 +1541,22 @@ static void test_clean_looks(void) {
     }
 }
 
+/* A warning whose cause persists (a full file system under the spill
+   file) is logged once per GM__QUIET_NS, then with how many were left out. */
+static void test_quiet(void) {
+    uint64_t last = 0, held = 0;
+    char note[96];
+    T_CHECK(gm__quiet(&last, &held, note, sizeof note));
+    T_EQ(note[0], 0);
+    T_CHECK(!gm__quiet(&last, &held, note, sizeof note));
+    T_CHECK(!gm__quiet(&last, &held, note, sizeof note));
+    T_EQ(held, 2);
+    last -= GM__QUIET_NS + 1000000000ull; /* the window has passed */
+    T_CHECK(gm__quiet(&last, &held, note, sizeof note));
+    T_CHECK(strstr(note, "and 2 times in the last 11 s") != NULL);
+    T_EQ(held, 0);
+}
+
 /* Acquires in no order under learned order, with gm_tier_step every 16 of
    them (each step's plan is a guess that does not come true): no more is
    read from disk than LRU reads for the same acquires. Before, each pair of
@@ -1841,6 +1857,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     test_crc();
+    test_quiet();
     test_file();
     test_roundtrips(GM_DISK_IO_URING);
     test_roundtrips(GM_DISK_IO_PREAD);
