@@ -1561,8 +1561,8 @@ static void test_quiet(void) {
    them (each step's plan is a guess that does not come true): no more is
    read from disk than LRU reads for the same acquires. Before, each pair of
    acquires found side by side in some plan by chance ended the lost state,
-   and reads ahead from disk started for a sequence that did not come: 2.5x
-   LRU's bytes from disk. */
+   and reads ahead from disk started for a sequence that did not come: 2.1x
+   LRU's bytes from disk here. */
 static int64_t erratic_run(gm_evict_policy policy, int64_t* wasted) {
     gm_context* ctx = disk_ctx(6 * MiB, 4 * MiB, 0, GM_DISK_IO_DEFAULT, GM_TOGGLE_DEFAULT);
     enum { N = 40, OPS = 3000 };
