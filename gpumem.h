@@ -11996,15 +11996,16 @@ static int64_t gm__dep_need(gm_context* ctx, const gm__tier* tm, uint32_t p) {
 }
 
 /* Whether the acquires stray from the plan too often for work ahead to pay:
-   more than GM__STRAYS of the last 64 were not the plan's next, and one of
-   the last 8 was not either. Lost (a run of departures) ends at the first
+   more than GM__STRAYS (half) of the last 64 were not the plan's next, and
+   one of the last 8 was not either (a plan right half the time still
+   prefetches: the cost of a wrong guess is a transfer, of none a wait). Lost (a run of departures) ends at the first
    two acquires found side by side in a plan, which acquires in no order
    find often enough by chance; each time, reads ahead from disk started
    for a sequence that did not come (one thread acquiring at random under
    learned order read 2.5x the bytes LRU read from disk for the same work,
    four threads 6x). Eight acquires in a row as planned, which chance does
    not give, start work ahead again at once. */
-#define GM__STRAYS 16
+#define GM__STRAYS 32
 static int gm__erratic(const gm__tier* tm) {
     return (tm->strays & 0xffu) && gm__popcount64(tm->strays) > GM__STRAYS;
 }
