@@ -11142,13 +11142,11 @@ unlock:
     return moved;
 }
 
-static gm__tier* gm__tier_of(gm_context* ctx) {
-    gm__tier* tm;
-    pthread_mutex_lock(&ctx->mu);
-    tm = (gm__tier*)ctx->tier;
-    pthread_mutex_unlock(&ctx->mu);
-    return tm;
-}
+/* The context's manager, or NULL before its first tensor: set once under
+   ctx->mu (gm__tier_open) and published with release, so every tier call
+   reads it without taking the allocator's lock (cleared only at shutdown,
+   when no other call may run). */
+static gm__tier* gm__tier_of(gm_context* ctx) { return (gm__tier*)__atomic_load_n(&ctx->tier, __ATOMIC_ACQUIRE); }
 
 static gm__tier* gm__tier_open(gm_context* ctx) {
     gm__tier* tm = gm__tier_of(ctx);
@@ -11201,8 +11199,8 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
         GPUMEM_FREE(tm);
         return won;
     }
-    ctx->tier = tm;
     ctx->tier_evict = gm__tier_evict;
+    __atomic_store_n(&ctx->tier, (void*)tm, __ATOMIC_RELEASE); /* whole before gm__tier_of sees it */
     pthread_mutex_unlock(&ctx->mu);
     return tm;
 }
