@@ -12000,8 +12000,8 @@ static int64_t gm__dep_need(gm_context* ctx, const gm__tier* tm, uint32_t p) {
    two acquires found side by side in a plan, which acquires in no order
    find often enough by chance; each time, reads ahead from disk started
    for a sequence that did not come (one thread acquiring at random under
-   learned order read 2.5x the bytes LRU read from disk for the same work,
-   four threads 6x). Eight acquires in a row as planned, which chance does
+   learned order read 2.1-2.5x the bytes LRU read from disk for the same
+   work, four threads 6x). Eight acquires in a row as planned, which chance does
    not give, start work ahead again at once. */
 #define GM__STRAYS 32
 static int gm__erratic(const gm__tier* tm) {
