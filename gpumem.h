@@ -8783,25 +8783,24 @@ static gm_result gm__disk_open(gm_context* ctx) {
    without it (EOPNOTSUPP) gets a file grown by ftruncate instead. */
 static int gm__disk_grow(gm_context* ctx, void* owner, size_t bytes) {
     gm__disk* dk = (gm__disk*)owner;
+    const char* how = NULL; /* what failed */
+    int e = 0;
     if (!dk->sparse && fallocate(dk->fd, 0, (off_t)dk->reserved, (off_t)bytes) != 0) {
         if (errno != EOPNOTSUPP && errno != ENOSYS) {
-            int e = errno;
-            char note[96];
-            if (gm__quiet(&dk->grow_log, &dk->grow_held, note, sizeof note))
-                gm__log(ctx, GM_LOG_WARN, "disk: cannot reserve %zu more bytes of spill file in %s: %s%s", bytes,
-                        ctx->disk_dir, strerror(e), note);
-            return 0;
+            how = "reserve", e = errno;
+        } else {
+            dk->sparse = 1; /* NFS, some FUSE and older ZFS: the file grows all the same, unreserved */
+            gm__log(ctx, GM_LOG_WARN, "disk: %s cannot reserve room for the spill file (fallocate: %s): it grows "
+                    "without, and a full disk shows as a failed write (GM_ERR_DISK_FULL)", ctx->disk_dir,
+                    strerror(errno));
         }
-        dk->sparse = 1; /* NFS, some FUSE and older ZFS: the file grows all the same, unreserved */
-        gm__log(ctx, GM_LOG_WARN, "disk: %s cannot reserve room for the spill file (fallocate: %s): it grows "
-                "without, and a full disk shows as a failed write (GM_ERR_DISK_FULL)", ctx->disk_dir, strerror(errno));
     }
-    if (dk->sparse && ftruncate(dk->fd, (off_t)(dk->reserved + bytes)) != 0) {
-        int e = errno;
+    if (!how && dk->sparse && ftruncate(dk->fd, (off_t)(dk->reserved + bytes)) != 0) how = "grow by", e = errno;
+    if (how) {
         char note[96];
         if (gm__quiet(&dk->grow_log, &dk->grow_held, note, sizeof note))
-            gm__log(ctx, GM_LOG_WARN, "disk: cannot grow the spill file in %s by %zu bytes: %s%s", ctx->disk_dir,
-                    bytes, strerror(e), note);
+            gm__log(ctx, GM_LOG_WARN, "disk: the spill file in %s cannot %s %zu bytes more: %s%s", ctx->disk_dir,
+                    how, bytes, strerror(e), note);
         return 0;
     }
     if (!gm__arena_add(&dk->ar, (uintptr_t)(dk->reserved + dk->align), bytes, 1)) return 0;
@@ -10580,10 +10579,6 @@ static int gm__vh_top(gm__tier* tm, gm__tensor** out, uint64_t* nu) {
     return 1;
 }
 
-/* The policy's choice among released tensors on the device, or NULL.
-   clean_only: only those whose host copy is still valid. swap: only those
-   that can trade places with that host tensor (gm__swap_in). Learned
-   order's plain choice comes from the heap; the rest walk the list. */
 /* Whether device tensor v may trade places with `swap` (a swap): it fits
    swap's room below (`below` bytes), swap fits its device memory, and it
    has no copy below (none on disk either, for a swap with disk). */
@@ -10592,6 +10587,10 @@ static int gm__swappable(gm_context* ctx, const gm__tensor* v, const gm__tensor*
            gm__retag(ctx, v->dev, 0, 0) >= swap->bytes;
 }
 
+/* The policy's choice among released tensors on the device, or NULL.
+   clean_only: only those whose host copy is still valid. swap: only those
+   that can trade places with that host tensor (gm__swap_in). Learned
+   order's plain choice comes from the heap; the rest walk the list. */
 static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, const gm__tensor* swap) {
     gm__tensor *x, *best = NULL;
     uint64_t best_next = 0;
