@@ -280,6 +280,7 @@
       disk_chunk:1M       disk_chunk (4K..64M)         1 MiB
       sim_capacity:16G    sim.capacity (up to 4T)      16 GiB
       sim_link:25G        sim.link_bytes_per_s         unlimited (bytes/s)
+      sim_disk:2G         sim.disk_bytes_per_s         the disk's own (bytes/s)
       sim_inline:on|off   sim.run_inline               off
       sim_bytes:on|off    sim.move_bytes               on
 
@@ -523,6 +524,12 @@ typedef struct gm_sim_desc {
                                    undefined): for benchmarks of host-side costs, where the CPU
                                    moving the bytes stands in for a copy engine that would not
                                    charge the host. Default on */
+    double disk_bytes_per_s;    /* the spill file's I/O, reads and writes together, paced to this
+                                   rate as one modelled disk (with any backend): a chunk's I/O ends
+                                   no sooner than the disk's previous one (or its start) plus its
+                                   bytes over the rate, so that benchmarks do not drift with a
+                                   shared machine's disk. Slower than the real disk to be exact;
+                                   0: the disk's own speed */
 } gm_sim_desc;
 
 /* Zero means default in every field. */
@@ -1646,6 +1653,9 @@ static int gm__apply_option(gm_desc* d, char* dir, const char* k, size_t kn, con
         } else if (gm__word_is(k, kn, "sim_link")) {
             if (frac || num < 1024) return 0; /* bytes per second */
             if (d->sim.link_bytes_per_s == 0) d->sim.link_bytes_per_s = num;
+        } else if (gm__word_is(k, kn, "sim_disk")) {
+            if (frac || num < 1024) return 0; /* bytes per second */
+            if (d->sim.disk_bytes_per_s == 0) d->sim.disk_bytes_per_s = num;
         } else {
             return 0;
         }
@@ -1733,6 +1743,7 @@ static gm_desc gm__resolve_desc(const gm_desc* in, char* dir) {
     if (!d.sim.capacity) d.sim.capacity = 16 * GM__GIB;
     d.sim.link_bytes_per_s = gm__desc_rate(&d, d.sim.link_bytes_per_s, "desc.sim.link_bytes_per_s");
     d.sim.device_bytes_per_s = gm__desc_rate(&d, d.sim.device_bytes_per_s, "desc.sim.device_bytes_per_s");
+    d.sim.disk_bytes_per_s = gm__desc_rate(&d, d.sim.disk_bytes_per_s, "desc.sim.disk_bytes_per_s");
     if (!d.sim.run_inline) d.sim.run_inline = GM_TOGGLE_OFF;
     if (!d.sim.move_bytes) d.sim.move_bytes = GM_TOGGLE_ON;
     if (d.sim.capacity > GM__SIM_MAX) { /* its address ranges must fit the address space */
@@ -7687,6 +7698,7 @@ typedef struct gm__dslot {
     size_t done;            /* bytes moved so far */
     int again;              /* times its I/O went again after a transient error (EAGAIN, EINTR) */
     uint64_t again_at;      /* refused for a moment (EAGAIN): when it goes again (0: it is not waiting) */
+    uint64_t sent_at;       /* when its I/O was last submitted (the modelled disk's pace) */
 } gm__dslot;
 #define GM__DIO_AGAIN 8     /* transient errors a chunk's I/O goes again after, at most */
 #define GM__DIO_BACKOFF 1000000u /* ns before the first try again after EAGAIN, doubling: 255 ms in all */
@@ -7696,6 +7708,8 @@ typedef struct gm__dslot {
 typedef struct gm__disk {
     int fd;
     int uring;              /* 1: io_uring, 0: pread/pwrite */
+    double pace;            /* the modelled disk's bytes per second (gm__dio_pace), 0: none */
+    uint64_t pace_clock;    /* when its last I/O ends, as modelled (engine only) */
     int direct;
     int checksum;
     size_t align, chunk, budget, reserved;
@@ -7918,6 +7932,7 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
     dk->inflight++;
     dk->ios++;
     dk->depth_sum += dk->uring ? dk->inflight : 1; /* pread/pwrite: one at a time */
+    if (dk->pace > 0) sl->sent_at = gm__now_ns();
 #ifdef GPUMEM_URING
     if (dk->uring) {
         struct io_uring_sqe* sqe = io_uring_get_sqe(&dk->ring);
@@ -8059,6 +8074,22 @@ static void gm__dio_break(gm_context* ctx, gm__disk* dk, int res) {
         if (j->started && !j->finishing) gm__job_fail(j, GM_ERR_IO);
 }
 
+/* The modelled disk (desc.sim.disk_bytes_per_s): an I/O of n bytes sent
+   at `sent` ends no sooner than the later of that and the disk's previous
+   end, plus n over the rate; the engine holds the completion until then
+   (with dk->mu let go: nothing of the slot or its job has moved yet, and
+   only the engine applies completions). The real disk being faster, the
+   figures then follow the model, whatever the machine's disk does. */
+static void gm__dio_pace(gm__disk* dk, uint64_t sent, size_t n) {
+    uint64_t at = dk->pace_clock > sent ? dk->pace_clock : sent, now;
+    at += (uint64_t)((double)n / dk->pace * 1e9);
+    dk->pace_clock = at;
+    if ((now = gm__now_ns()) >= at) return;
+    pthread_mutex_unlock(&dk->mu);
+    gm__sleep_until_ns(at);
+    pthread_mutex_lock(&dk->mu);
+}
+
 /* Applies one completion to its slot and job (with dk->mu): a whole I/O
    marks the slot done, a short one goes again for the rest, an error
    fails the job; k -2: the ring broke. */
@@ -8069,6 +8100,7 @@ static void gm__dio_complete(gm_context* ctx, gm__disk* dk, int k, int res) {
         gm__dio_break(ctx, dk, res);
         return;
     }
+    if (dk->pace > 0 && res > 0 && !dk->broken) gm__dio_pace(dk, dk->slot[k].sent_at, (size_t)res);
     if (dk->uring && gm__disk_fault(dk, GM_SIM_FAULT_DISK_RING, dk->slot[k].len))
         gm__dio_break(ctx, dk, -EBADF); /* this completion is the first the drain reaps */
     if (dk->broken) dk->drained++;
@@ -8705,6 +8737,7 @@ static gm_result gm__disk_open(gm_context* ctx) {
     }
     dk->checksum = d->disk_checksum != GM_TOGGLE_OFF;
     dk->depth = d->disk_depth;
+    dk->pace = d->sim.disk_bytes_per_s;
     dk->nslot = dk->depth + (dk->depth + 1) / 2;
     dk->fd = gm__disk_create(ctx, d->disk_dir, O_DIRECT);
     dk->direct = dk->fd >= 0;

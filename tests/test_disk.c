@@ -1557,6 +1557,44 @@ static void test_quiet(void) {
     T_EQ(held, 0);
 }
 
+/* The modelled disk (desc.sim.disk_bytes_per_s, sim_disk:): the spill
+   file's I/O is paced to its rate, reads and writes together, so that
+   moving 16 MiB out and back at 64 MiB/s takes at least half a second
+   (an I/O can end later than the model says, never sooner), and every
+   byte comes back; through io_uring and through pread/pwrite. */
+static void test_disk_model(gm_disk_io io) {
+    gm_desc d = t_desc(), q;
+    gm_context* ctx;
+    gm_tensor t[2];
+    gm_tier_stats st;
+    double t0, took, want;
+    int i;
+    d.device_budget = 24 * MiB;
+    d.host_budget = 4 * MiB; /* below any tensor: the moves go to disk */
+    d.disk_dir = dir;
+    d.disk_io = io;
+    d.conf = "sim_disk:64M";
+    ctx = t_setup(d);
+    q = gm_query_desc(ctx);
+    T_CHECK(q.sim.disk_bytes_per_s == 64.0 * MiB); /* 64M: 64 MiB a second */
+    for (i = 0; i < 2; i++) {
+        T_OK(gm_tensor_create(ctx, &t[i], 8 * MiB));
+        fill(ctx, t[i], 8 * MiB, (unsigned)i + 7, NULL);
+    }
+    t0 = t_now() * 1e3;
+    for (i = 0; i < 2; i++) T_OK(gm_tensor_evict_to(ctx, t[i], GM_TIER_DISK));
+    for (i = 0; i < 2; i++) verify(ctx, t[i], 8 * MiB, (unsigned)i + 7, NULL);
+    took = t_now() * 1e3 - t0;
+    T_OK(gm_tier_get_stats(ctx, &st));
+    want = (double)(st.bytes_to_disk + st.bytes_from_disk) / (64.0 * MiB) * 1e3;
+    T_CHECK(st.bytes_to_disk >= (int64_t)(16 * MiB) && st.bytes_from_disk >= (int64_t)(16 * MiB));
+    T_CHECK(took >= 0.98 * want);
+    if (took < 0.98 * want) printf("  the modelled disk: %.1f ms for what it paces to %.1f ms\n", took, want);
+    T_EQ(gm_check(ctx), 0);
+    for (i = 0; i < 2; i++) T_OK(gm_tensor_destroy(ctx, t[i]));
+    gm_shutdown(ctx);
+}
+
 /* Acquires in no order under learned order, with gm_tier_step every 16 of
    them (each step's plan is a guess that does not come true): no more is
    read from disk than LRU reads for the same acquires. Before, each pair of
@@ -1889,6 +1927,8 @@ int main(int argc, char** argv) {
     }
     test_crc();
     test_quiet();
+    test_disk_model(GM_DISK_IO_DEFAULT);
+    test_disk_model(GM_DISK_IO_PREAD);
     test_file();
     test_roundtrips(GM_DISK_IO_URING);
     test_roundtrips(GM_DISK_IO_PREAD);
