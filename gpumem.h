@@ -869,7 +869,12 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
    gm_tensor_release: `written` non-zero says the device copy changed, so a
      host copy is stale; a clean tensor with a host copy is evicted for free.
    gm_tensor_prefetch: starts bringing it to the device on the manager's copy
-     stream; a later acquire on `stream` waits only for that copy.
+     stream; a later acquire on `stream` waits only for that copy. It never
+     waits on the host for a write to disk: where room would (a victim with
+     no room below but the disk), the victim's write starts and it returns
+     GM_OK with the tensor where it was (a prefetch is a hint); a later
+     prefetch, or the acquire, finds the room once the write ended.
+     Learned order's prefetches do the same.
    gm_tensor_evict: moves a released tensor off the device now: to the host
      tier (whose coldest copies go to disk to make room, with a disk tier),
      or straight to disk when the host tier cannot hold it.
@@ -9070,6 +9075,7 @@ typedef struct gm__tier {
     int closed;             /* the phase of the last step that ended, or -1 */
     int64_t tune_t0;        /* disk bytes moved when the active phase began */
     uint64_t evict_after;   /* while prefetching: only victims used later */
+    int deferred;           /* room for a prefetch waits for a write to disk it started (gm__evict_some) */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
@@ -10354,8 +10360,10 @@ static int gm__read_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, uint64_t
 /* Device to a lower tier: a clean tensor (a valid copy below) just drops
    the device copy; else to the host tier (making room there), else to
    disk. The device copy is dropped only when the copy below is certain to
-   follow. Any failure leaves the tensor on the device. */
-static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
+   follow. Any failure leaves the tensor on the device. nowait (room for a
+   prefetch): GM_NOT_READY where x would be written to disk and waited
+   for; its write starts, and the room comes once it ended. */
+static gm_result gm__evict_at(gm_context* ctx, gm__tier* tm, gm__tensor* x, int nowait) {
     gm_result r;
     int clean;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
@@ -10394,6 +10402,9 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
                 return r;
             }
             gm__host_clean(ctx, tm);
+        } else if (ctx->disk && nowait) {
+            r = gm__dev_behind(ctx, tm, x);
+            return r == GM_OK ? GM_NOT_READY : r;
         } else if (ctx->disk) {
             r = gm__to_disk(ctx, tm, x, 0);
             if (r != GM_OK) return r;
@@ -10415,6 +10426,8 @@ static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
             : x->host_valid ? "copied to the host tier" : "written to disk");
     return GM_OK;
 }
+
+static gm_result gm__evict_one(gm_context* ctx, gm__tier* tm, gm__tensor* x) { return gm__evict_at(ctx, tm, x, 0); }
 
 /* Acquires from now until tensor i is used again by the plan: a position
    later in this step, or in the next; far away when the plan never uses it. */
@@ -10674,13 +10687,22 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
 }
 
 /* One victim goes: the policy's choice; if it cannot (no room below, its
-   write failed), the best one that needs no copy. Returns its bytes, or 0. */
-static size_t gm__evict_some(gm_context* ctx, gm__tier* tm) {
+   write failed), the best one that needs no copy. Returns its bytes, or 0.
+   speculative (room for a prefetch): 0 where the victim would be written
+   to disk and waited for on the host (gm__evict_at starts its write): the
+   acquire that asked would launch its work late, while the device may
+   have nothing else to do; a later prefetch finds the room. */
+static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int speculative) {
     int clean_only;
     for (clean_only = 0; clean_only < 2; clean_only++) {
         gm__tensor* v = gm__victim(ctx, tm, clean_only, NULL);
+        gm_result r;
         if (!v) return 0;
-        if (gm__evict_one(ctx, tm, v) == GM_OK) return v->bytes;
+        if ((r = gm__evict_at(ctx, tm, v, speculative)) == GM_OK) return v->bytes;
+        if (r == GM_NOT_READY) {
+            tm->deferred = 1;
+            return 0;
+        }
     }
     return 0;
 }
@@ -10693,7 +10715,7 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     gm__tier* tm = (gm__tier*)tier;
     size_t freed = 0;
     pthread_mutex_lock(&tm->mu);
-    if (bytes) freed = gm__evict_some(ctx, tm);
+    if (bytes) freed = gm__evict_some(ctx, tm, 0);
     pthread_mutex_unlock(&tm->mu);
     return freed;
 }
@@ -11316,7 +11338,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
             compacted++;
             if (gm__compact(ctx, tm, x)) continue;
         }
-        if (!(got = gm__evict_some(ctx, tm))) break;
+        if (!(got = gm__evict_some(ctx, tm, speculative))) break;
         tm->try_evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative && how != GM__ROOM_FREE)
@@ -12989,7 +13011,9 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
     }
     if (!x->dev && !x->managed) {
         x->acquired++; /* not a victim of the room it needs */
+        tm->deferred = 0;
         r = gm__bring_in(ctx, tm, x, s, 1, 0);
+        if (r == GM_ERR_OUT_OF_MEMORY && tm->deferred) r = GM_OK; /* room comes once a write ends */
         x->acquired--;
         gm__host_note(tm, x); /* it may be given up again */
         if (r == GM_OK && x->dev) {

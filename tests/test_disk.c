@@ -1595,6 +1595,52 @@ static void test_disk_model(gm_disk_io io) {
     gm_shutdown(ctx);
 }
 
+/* A prefetch does not wait on the host for a write to disk: the device
+   holds one written tensor (b), the host tier nothing, and a prefetch of
+   a tensor never written (a, whose room below is on disk) needs b's room,
+   which only a write to disk can give. The write (8 MiB on a disk
+   modelled at 16 MiB/s: half a second) starts, and the prefetch returns
+   at once, both tensors where they were: before, it waited for the write
+   (b left for disk and a came in), and learned order's first acquire of a
+   step launched its work 10-14 ms late on bench/spill's transformer, the
+   device idle meanwhile. The acquire then waits for the write, and every
+   byte is where it was. */
+static void test_prefetch_nowait(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor a, b;
+    gm_tier w;
+    void* p;
+    d.device_budget = 12 * MiB; /* one 8 MiB tensor */
+    d.host_budget = 4 * MiB;    /* none */
+    d.disk_dir = dir;
+    d.sim.disk_bytes_per_s = 16.0 * MiB;
+    ctx = t_setup(d);
+    T_OK(gm_tensor_create(ctx, &a, 8 * MiB));
+    T_OK(gm_tensor_evict_to(ctx, a, GM_TIER_DISK)); /* never written: an extent is its copy */
+    T_OK(gm_tensor_create(ctx, &b, 8 * MiB));
+    fill(ctx, b, 8 * MiB, 22, NULL); /* written: the device holds its only copy */
+    T_OK(gm_tensor_where(ctx, a, &w));
+    T_EQ(w, GM_TIER_DISK);
+    T_OK(gm_tensor_prefetch(ctx, a, NULL)); /* b's write starts; nobody moves yet */
+    T_OK(gm_tensor_where(ctx, a, &w));
+    T_EQ(w, GM_TIER_DISK);
+    T_OK(gm_tensor_where(ctx, b, &w));
+    T_EQ(w, GM_TIER_DEVICE);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_acquire(ctx, a, NULL, &p)); /* waits for b's write */
+    T_OK(gm_tensor_release(ctx, a, NULL, 0));
+    T_OK(gm_tensor_where(ctx, b, &w));
+    T_EQ(w, GM_TIER_DISK);
+    fill(ctx, a, 8 * MiB, 21, NULL);
+    verify(ctx, b, 8 * MiB, 22, NULL);
+    verify(ctx, a, 8 * MiB, 21, NULL);
+    T_EQ(gm_check(ctx), 0);
+    T_OK(gm_tensor_destroy(ctx, a));
+    T_OK(gm_tensor_destroy(ctx, b));
+    gm_shutdown(ctx);
+}
+
 /* Acquires in no order under learned order, with gm_tier_step every 16 of
    them (each step's plan is a guess that does not come true): no more is
    read from disk than LRU reads for the same acquires. Before, each pair of
@@ -1929,6 +1975,7 @@ int main(int argc, char** argv) {
     test_quiet();
     test_disk_model(GM_DISK_IO_DEFAULT);
     test_disk_model(GM_DISK_IO_PREAD);
+    test_prefetch_nowait();
     test_file();
     test_roundtrips(GM_DISK_IO_URING);
     test_roundtrips(GM_DISK_IO_PREAD);
