@@ -237,7 +237,7 @@ $(B)/bench-plan: bench/plan.c bench/bench.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
 
-$(B)/bench-spill-vs-oom: bench/spill_vs_oom.c examples/spill_workload.h examples/plot.h examples/pick_backend.h gpumem.h
+$(B)/bench-spill-vs-oom: bench/spill_vs_oom.c bench/bench.h examples/spill_workload.h examples/plot.h examples/pick_backend.h gpumem.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O2 $(URING) -DGPUMEM_CUDA -I. $(CUDA_INC) $< -o $@ $(LDLIBS) $(CUDA_LIB)
 

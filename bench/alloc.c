@@ -263,6 +263,8 @@ static void jemalloc_column(const char* self, double* out) {
 }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-alloc [CSV]", "--host");
+    if (args_rc >= 0) return args_rc;
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-alloc.csv";
     double child[2 * NSIZES]; /* jemalloc's pair and gpumem's beside it, by size */
     gm_context* ctx = NULL;

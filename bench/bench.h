@@ -4,6 +4,7 @@
 #define GM_BENCH_H
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,6 +12,24 @@ static inline double bench_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Arguments are paths and figures: one that starts with '-' (but "-" and
+   `internal`, a flag the program passes to itself) gets the usage line,
+   on stdout and 0 for -h and --help, else on stderr and 2, for main to
+   return; -1 to go on (a path "--help" would otherwise be written). */
+static inline int bench_args(int argc, char** argv, const char* usage, const char* internal) {
+    int i;
+    for (i = 1; i < argc; i++) {
+        if (argv[i][0] != '-' || !argv[i][1] || (internal && !strcmp(argv[i], internal))) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: %s\n", usage);
+            return 0;
+        }
+        fprintf(stderr, "%s: unknown option %s\nusage: %s\n", argv[0], argv[i], usage);
+        return 2;
+    }
+    return -1;
 }
 
 static inline int bench_cmp_d(const void* a, const void* b) {

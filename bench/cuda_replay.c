@@ -76,6 +76,8 @@ static void dump(const char* dir, const char* name, const gmt_trace* t) {
 static int by_name(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-cuda-replay TRACES_DIR [CSV] [EVENTS_DIR]", NULL);
+    if (args_rc >= 0) return args_rc;
     const char *dir = argc > 1 ? argv[1] : "../shared/traces", *csv_path = argc > 2 ? argv[2] : "build/cuda-replay.csv",
                *evdir = argc > 3 ? argv[3] : NULL;
     char path[1024], *names[64];

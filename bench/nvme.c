@@ -136,6 +136,8 @@ static double run_fio(const char* dir, size_t total, const char* rw, int fixed) 
 }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-nvme [DIR] [MiB] [CSV]", NULL);
+    if (args_rc >= 0) return args_rc;
     const char* dir = argc > 1 ? argv[1] : "/var/tmp";
     size_t total = (argc > 2 ? (size_t)atol(argv[2]) : 1024) * MiB;
     const char* csv_path = argc > 3 ? argv[3] : "build/bench-nvme.csv";

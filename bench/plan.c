@@ -106,6 +106,8 @@ static double run(gm_context* ctx, int planned, double* per_op) {
 }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-plan [CSV]", NULL);
+    if (args_rc >= 0) return args_rc;
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-plan.csv";
     gm_context* ctx;
     gm_desc d;

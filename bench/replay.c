@@ -140,6 +140,8 @@ static void host_column(const char* self, char** traces, int n, const char* prel
 }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-replay [TRACES_DIR] [CSV]", "--host");
+    if (args_rc >= 0) return args_rc;
     const char *dir = "../shared/traces", *csv_path = "build/bench-replay.csv", *jp = bench_jemalloc();
     char* traces[64];
     double glibc[64], jem[64];

@@ -641,6 +641,8 @@ static void header(const workload* w) {
 }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-spill [CSV] [DIR] [ROWS] [DISK_MBS]", NULL);
+    if (args_rc >= 0) return args_rc;
     static const double ratios[] = {0.5, 1.0, 1.5, 2.0, 3.0, 4.0};
     static const double links[] = {25e9, 50e9};
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-spill.csv";

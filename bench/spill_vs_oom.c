@@ -17,6 +17,7 @@
 #include "../examples/spill_workload.h"
 #include "../examples/plot.h"
 #include "../examples/pick_backend.h"
+#include "bench.h"
 #include <math.h>
 
 static const double ratios[] = {0.5, 1.0, 1.5, 2.0, 3.0, 4.0};
@@ -25,6 +26,8 @@ static const wl_way ways[] = {WAY_RAW, WAY_CACHING, WAY_SPILL, WAY_UNIFIED};
 enum { NW = sizeof ways / sizeof ways[0] };
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-spill-vs-oom [CSV [SVG [SPILL_DIR]]]", NULL);
+    if (args_rc >= 0) return args_rc;
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-spill-vs-oom.csv";
     const char* svg_path = argc > 2 ? argv[2] : "build/bench-spill-vs-oom.svg";
     wl_params p;

@@ -280,6 +280,8 @@ static double copy_overhead(void) {
 }
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-tier-scale [CSV] [SVG] [MAXN] [DISK_DIR]", NULL);
+    if (args_rc >= 0) return args_rc;
     const char* csv_path = argc > 1 ? argv[1] : "build/bench-tier-scale.csv";
     const char* svg_path = argc > 2 ? argv[2] : "build/bench-tier-scale.svg";
     size_t maxn = argc > 3 ? (size_t)atoll(argv[3]) : 1000000;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench.h"
 
 #include "bench.h"
 
@@ -31,6 +32,8 @@ static double med(double* v) { return bench_median(v, REPS); }
     } while (0)
 
 int main(int argc, char** argv) {
+    int args_rc = bench_args(argc, argv, "bench-vmm [CSV]", NULL);
+    if (args_rc >= 0) return args_rc;
     static const size_t handle[] = {2, 20, 64, 256};
     static const size_t runs[] = {10, 32};
     CUmemAllocationProp prop;
