@@ -9080,6 +9080,7 @@ typedef struct gm__tier {
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
     uint64_t below_log, below_held; /* no room below the device: last logged, and since (gm__quiet) */
+    uint64_t oom_log, oom_held; /* no device room for an acquire: its details last logged, and since */
     uint64_t lclock;        /* for lseq */
     gm__vent* vh;           /* learned victims (>>tier: learned victims) */
     uint32_t nvh, capvh;
@@ -11261,12 +11262,21 @@ static gm__tier* gm__tier_open(gm_context* ctx) {
 
 /* The out-of-memory line of the tiered manager: what it tried and what
    stood in the way (a walk of the tensors and of the pools: the failure
-   path only). */
+   path only), at most once per GM__QUIET_NS; between, a short line, so
+   that a caller retrying a failed acquire in a loop does not walk every
+   tensor each time. */
 static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) {
     size_t evicted = tm->try_evicted;
     size_t evictable = 0, pinned_b = 0, acq_b = 0, free_b = 0, largest = 0, headroom = 0;
     uint32_t i, pinned = 0, acq = 0;
     int pl;
+    char note[96];
+    if (!gm__quiet(&tm->oom_log, &tm->oom_held, note, sizeof note)) { /* a caller retrying: the line, without the
+                                                                         walk of every tensor (once per GM__QUIET_NS) */
+        gm__log(ctx, GM_LOG_WARN, "tier: no device room for tensor %#x (%zu bytes): evicted %zu bytes trying (the "
+                "room in detail was logged in the last 10 s)", gm__handle_id(tm, x), x->bytes, evicted);
+        return;
+    }
     for (i = 0; i < tm->n; i++) {
         const gm__tensor* y = &tm->t[i];
         if (!y->live || !y->dev || y == x) continue;
@@ -11291,8 +11301,9 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
     pthread_mutex_unlock(&ctx->mu);
     gm__log(ctx, GM_LOG_WARN, "tier: no device room for tensor %#x (%zu bytes): evicted %zu bytes trying, %zu bytes of "
             "released tensors still on the device; %u acquired (%zu bytes), %u pinned (%zu bytes); free in the "
-            "cache %zu bytes, largest free block %zu, budget not reserved %zu",
-            gm__handle_id(tm, x), x->bytes, evicted, evictable, acq, acq_b, pinned, pinned_b, free_b, largest, headroom);
+            "cache %zu bytes, largest free block %zu, budget not reserved %zu%s",
+            gm__handle_id(tm, x), x->bytes, evicted, evictable, acq, acq_b, pinned, pinned_b, free_b, largest, headroom,
+            note);
 }
 
 /* Device memory for x on `in`: a free place, packed beside held memory

@@ -1064,6 +1064,11 @@ static void test_batch(void) {
     /* the message says what was tried and what stood in the way */
     T_CHECK(strstr(t_last_log, "no device room for tensor") != NULL);
     T_CHECK(strstr(t_last_log, "acquired (") != NULL && strstr(t_last_log, "largest free block") != NULL);
+    /* again at once: a line still, without the walk (its details were just logged) */
+    t_last_log[0] = 0;
+    T_EQ(gm_tensor_acquire_many(ctx, u, 5, NULL), GM_ERR_OUT_OF_MEMORY);
+    T_CHECK(strstr(t_last_log, "no device room for tensor") != NULL);
+    T_CHECK(strstr(t_last_log, "in detail was logged") != NULL && strstr(t_last_log, "largest free block") == NULL);
     for (i = 0; i < 5; i++) {
         T_CHECK(u[i].ptr == NULL);
         T_EQ(info(ctx, t[3 + i]).acquired, 0);
