@@ -12157,6 +12157,7 @@ GPUMEM_API gm_result gm_tier_set_policy(gm_context* ctx, gm_evict_policy policy,
     tm->vh_ok = tm->hh_ok = 0; /* built when next asked */
     tm->hc_all = 1;
     tm->ahead = prefetch_ahead;
+    tm->strays = 0; /* the acquires under the old policy say nothing of the plan's */
     tm->vfn = fn;
     tm->vuser = user;
     pthread_mutex_unlock(&tm->mu);
