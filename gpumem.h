@@ -869,12 +869,12 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
    gm_tensor_release: `written` non-zero says the device copy changed, so a
      host copy is stale; a clean tensor with a host copy is evicted for free.
    gm_tensor_prefetch: starts bringing it to the device on the manager's copy
-     stream; a later acquire on `stream` waits only for that copy. It never
-     waits on the host for a write to disk: where room would (a victim with
-     no room below but the disk), the victim's write starts and it returns
-     GM_OK with the tensor where it was (a prefetch is a hint); a later
-     prefetch, or the acquire, finds the room once the write ended.
-     Learned order's prefetches do the same.
+     stream; a later acquire on `stream` waits only for that copy. It does
+     not write a victim to disk and wait: where room would need that (a
+     victim with no room below but the disk), the victim's write starts and
+     it returns GM_OK with the tensor where it was (a prefetch is a hint);
+     the acquire, or a later prefetch, takes the room (waiting for that
+     write if it is still under way). Learned order's prefetches do the same.
    gm_tensor_evict: moves a released tensor off the device now: to the host
      tier (whose coldest copies go to disk to make room, with a disk tier),
      or straight to disk when the host tier cannot hold it.
@@ -10692,7 +10692,8 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
    speculative (room for a prefetch): 0 where the victim would be written
    to disk and waited for on the host (gm__evict_at starts its write): the
    acquire that asked would launch its work late, while the device may
-   have nothing else to do; a later prefetch finds the room. */
+   have nothing else to do; a later acquire takes the room (waiting for
+   the write if it is still under way). */
 static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int speculative) {
     int clean_only;
     for (clean_only = 0; clean_only < 2; clean_only++) {
