@@ -70,7 +70,8 @@
    workload, mode and ratio are those given, any left out matching all, ""
    all; DISK_MBS, e.g. 2000: a modelled disk, the spill file's I/O paced to
    that many MB/s (desc.sim.disk_bytes_per_s), which the bounds use instead
-   of measuring the disk: rows that repeat to within a few percent, where
+   of measuring the disk: rows that mostly repeat to within a few percent
+   (an occasional run 10% slower while the machine is busy), where
    a shared machine's disk makes the same build's row differ by 1.5x from
    one run to the next; the model must be slower than the real disk) */
 #define GPUMEM_IMPLEMENTATION
