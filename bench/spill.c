@@ -73,7 +73,11 @@
    of measuring the disk: rows that mostly repeat to within a few percent
    (an occasional run 10% slower while the machine is busy), where
    a shared machine's disk makes the same build's row differ by 1.5x from
-   one run to the next; the model must be slower than the real disk) */
+   one run to the next; the model must be slower than the real disk).
+   With SPILL_TIMELINE set in the environment, each tier row is preceded
+   by its last step's timeline: the uses whose kernel found the stream
+   idle for more than 0.5 ms, and how long (the host runs ahead of the
+   stream, so its own timings do not say where the device waits). */
 #define GPUMEM_IMPLEMENTATION
 #include "../gpumem.h"
 #include "bench.h"
@@ -314,12 +318,40 @@ typedef struct result {
     char why[64];
 } result;
 
+/* SPILL_TIMELINE set: each use's kernel start and end on the stream, by
+   use (arg points into the running workload's ms[], g_ms0), and after each
+   tier row the last step's uses that waited, so that where the device
+   stalls can be seen (the host runs ahead of the stream: its own timings
+   say little). */
+static const double* g_ms0;
+static double g_kstart[MAXU], g_kend[MAXU];
+static int g_timeline;
+
 static void compute(void* arg) {
     double ms = *(const double*)arg;
     struct timespec ts;
+    long u = g_ms0 ? (long)((const double*)arg - g_ms0) : -1;
+    if (g_timeline && u >= 0 && u < MAXU) g_kstart[u] = bench_now_ns();
     ts.tv_sec = (time_t)(ms / 1000);
     ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
     nanosleep(&ts, NULL);
+    if (g_timeline && u >= 0 && u < MAXU) g_kend[u] = bench_now_ns();
+}
+
+/* The uses of the step that began at t0 whose kernel waited more than
+   0.5 ms after the one before it (the first: after the step began). */
+static void timeline(const workload* w, double t0, double step_ms) {
+    double prev = t0, sum = 0;
+    int u;
+    printf("  the row below, its last step (%.1f ms): use, tensor, the stream idle before its kernel, its start\n", step_ms);
+    for (u = 0; u < w->nseq; u++) {
+        double idle = (g_kstart[u] - prev) / 1e6;
+        if (idle > 0.5) printf("    use %2d tensor %2d: %6.1f ms idle, starts at %6.1f ms\n", u, w->seq[u].t, idle,
+                               (g_kstart[u] - t0) / 1e6);
+        if (idle > 0) sum += idle;
+        prev = g_kend[u];
+    }
+    printf("    idle in all: %.1f ms\n", sum);
 }
 
 static gm_context* make_ctx(const workload* w, size_t budget, int managed, int cap_device) {
@@ -395,6 +427,7 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
     int i, k, n = 0, steps = policy == GM_EVICT_LEARNED && disk_dir ? TUNED_STEPS : STEPS;
     memset(&r, 0, sizeof r);
     if (!ctx) return r;
+    g_ms0 = w->ms;
     gm_stream_create(ctx, &s);
     gm_tier_set_policy(ctx, policy, ahead, NULL, NULL);
     for (i = 0; i < w->n; i++) {
@@ -433,7 +466,9 @@ static result run_tier(workload* w, size_t budget, gm_evict_policy policy, int a
         times[k] = (bench_now_ns() - t0) / 1e6;
         gm_tier_step(ctx);
         if (failed) n = 0;
+        if (g_timeline && n == w->n && k == steps - 1) timeline(w, t0, times[k]);
     }
+    g_ms0 = NULL;
     if (n == w->n) {
         gm_device_synchronize(ctx);
         moved1 = link_moved(ctx, &busy1);
@@ -655,6 +690,7 @@ int main(int argc, char** argv) {
     char c1[32], c2[32], c3[32];
     g_rows = argc > 3 && argv[3][0] ? argv[3] : NULL;
     g_model = argc > 4 ? atof(argv[4]) * 1e6 : 0;
+    g_timeline = getenv("SPILL_TIMELINE") != NULL;
     if (argc > 4 && g_model < 1024) {
         fprintf(stderr, "spill: DISK_MBS is a rate in MB/s, as 2000\n");
         return 2;
