@@ -1595,7 +1595,7 @@ static void test_disk_model(gm_disk_io io) {
     gm_shutdown(ctx);
 }
 
-/* A prefetch does not wait on the host for a write to disk: the device
+/* A prefetch does not write a victim to disk and wait for it: the device
    holds one written tensor (b), the host tier nothing, and a prefetch of
    a tensor never written (a, whose room below is on disk) needs b's room,
    which only a write to disk can give. The write (8 MiB on a disk
