@@ -8086,10 +8086,10 @@ static void gm__dio_break(gm_context* ctx, gm__disk* dk, int res) {
    only the engine applies completions). The real disk being faster, the
    figures then follow the model, whatever the machine's disk does. */
 static void gm__dio_pace(gm__disk* dk, uint64_t sent, size_t n) {
-    uint64_t at = dk->pace_clock > sent ? dk->pace_clock : sent, now;
+    uint64_t at = dk->pace_clock > sent ? dk->pace_clock : sent;
     at += (uint64_t)((double)n / dk->pace * 1e9);
     dk->pace_clock = at;
-    if ((now = gm__now_ns()) >= at) return;
+    if (gm__now_ns() >= at) return;
     pthread_mutex_unlock(&dk->mu);
     gm__sleep_until_ns(at);
     pthread_mutex_lock(&dk->mu);
@@ -9075,7 +9075,6 @@ typedef struct gm__tier {
     int closed;             /* the phase of the last step that ended, or -1 */
     int64_t tune_t0;        /* disk bytes moved when the active phase began */
     uint64_t evict_after;   /* while prefetching: only victims used later */
-    int deferred;           /* room for a prefetch waits for a write to disk it started (gm__evict_some) */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
@@ -10689,20 +10688,20 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
 
 /* One victim goes: the policy's choice; if it cannot (no room below, its
    write failed), the best one that needs no copy. Returns its bytes, or 0.
-   speculative (room for a prefetch): 0 where the victim would be written
-   to disk and waited for on the host (gm__evict_at starts its write): the
-   acquire that asked would launch its work late, while the device may
-   have nothing else to do; a later acquire takes the room (waiting for
-   the write if it is still under way). */
-static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int speculative) {
+   With `started` (room for a prefetch): 0 and *started set where the
+   victim would be written to disk and waited for on the host (gm__evict_at
+   starts its write): the acquire that asked would launch its work late,
+   while the device may have nothing else to do; a later acquire takes the
+   room (waiting for the write if it is still under way). */
+static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int* started) {
     int clean_only;
     for (clean_only = 0; clean_only < 2; clean_only++) {
         gm__tensor* v = gm__victim(ctx, tm, clean_only, NULL);
         gm_result r;
         if (!v) return 0;
-        if ((r = gm__evict_at(ctx, tm, v, speculative)) == GM_OK) return v->bytes;
+        if ((r = gm__evict_at(ctx, tm, v, started != NULL)) == GM_OK) return v->bytes;
         if (r == GM_NOT_READY) {
-            tm->deferred = 1;
+            *started = 1;
             return 0;
         }
     }
@@ -10717,7 +10716,7 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     gm__tier* tm = (gm__tier*)tier;
     size_t freed = 0;
     pthread_mutex_lock(&tm->mu);
-    if (bytes) freed = gm__evict_some(ctx, tm, 0);
+    if (bytes) freed = gm__evict_some(ctx, tm, NULL);
     pthread_mutex_unlock(&tm->mu);
     return freed;
 }
@@ -11322,12 +11321,14 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
    how: GM__ROOM_ANY; GM__ROOM_FREE, free room only (no eviction, no
    ladder); GM__ROOM_EVICT, as ANY but the caller has just found no free
    room (GM__ROOM_FREE): the first round starts at the eviction.
-   GM_ERR_OUT_OF_MEMORY when none of it finds room. */
+   GM_ERR_OUT_OF_MEMORY when none of it finds room; GM_NOT_READY (a
+   speculative request) when a victim's write to disk started instead of
+   a wait for it (gm__evict_some), the room to come once it ends. */
 enum { GM__ROOM_ANY, GM__ROOM_FREE, GM__ROOM_EVICT };
 static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative, int how) {
     uint32_t id = gm__handle_id(tm, x);
     gm_result r = GM_ERR_OUT_OF_MEMORY;
-    int more = 0, compacted = 0, looked = how == GM__ROOM_EVICT;
+    int more = 0, compacted = 0, looked = how == GM__ROOM_EVICT, started = 0;
     size_t got;
     unsigned grow = tm->exact ? GM__A_EXACT : GM__A_PACK; /* new segments sized for the budget */
     tm->try_evicted = 0; /* for the out-of-memory line */
@@ -11350,9 +11351,10 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
             compacted++;
             if (gm__compact(ctx, tm, x)) continue;
         }
-        if (!(got = gm__evict_some(ctx, tm, speculative))) break;
+        if (!(got = gm__evict_some(ctx, tm, speculative ? &started : NULL))) break;
         tm->try_evicted += got;
     }
+    if (r == GM_ERR_OUT_OF_MEMORY && started) r = GM_NOT_READY; /* the room comes once that write ends */
     if (r == GM_ERR_OUT_OF_MEMORY && !speculative && how != GM__ROOM_FREE)
         r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), grow | GM__A_SOFT, GM__OWN_TENSOR, id);
     if (r != GM_OK) x->dev = NULL;
@@ -11689,7 +11691,9 @@ static gm__tensor* gm__swap_saves(gm_context* ctx, gm__tier* tm, gm__tensor* x) 
    `in` (from the host copy once whole, else from disk through the staging
    slots), ready_seq marked after it (or after the allocation, when there
    is nothing to copy: x is blank, or `overwrite`, its bytes not wanted).
-   On failure the room goes back and x stays in the tier it was in. */
+   On failure the room goes back and x stays in the tier it was in
+   (speculative: GM_NOT_READY when the room waits for a write it started,
+   gm__dev_get). */
 static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_stream s, int speculative,
                               int overwrite) {
     gm_result r;
@@ -13024,9 +13028,8 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
     }
     if (!x->dev && !x->managed) {
         x->acquired++; /* not a victim of the room it needs */
-        tm->deferred = 0;
         r = gm__bring_in(ctx, tm, x, s, 1, 0);
-        if (r == GM_ERR_OUT_OF_MEMORY && tm->deferred) r = GM_OK; /* room comes once a write ends */
+        if (r == GM_NOT_READY) r = GM_OK; /* a victim's write to disk started: the room comes once it ends */
         x->acquired--;
         gm__host_note(tm, x); /* it may be given up again */
         if (r == GM_OK && x->dev) {
