@@ -1335,6 +1335,7 @@ struct gm_context {
     uint32_t magic;         /* GM__CTX_LIVE from setup until shutdown */
     uint32_t serial;        /* process-unique, non-zero: tensor handles carry it */
     uint32_t tc_gate;       /* whether the thread caches' fast paths may run (GM__GATE_*, atomic) */
+    uint32_t tc_cas;        /* a fast free takes its block by compare-and-swap (>>tcache; atomic, set once) */
     size_t tc_max;          /* the largest request they serve (desc.thread_cache_max, resolved) */
     size_t tc_lim;          /* tc_max while tc_gate is 0, else 0: a fast allocation's one test (atomic) */
     const gm__backend* be;
@@ -5186,11 +5187,21 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
    block), GM__TC_LIVE (handed out; the user holds it) or GM__TC_FREE (in
    its owner's bin). Invariants:
    - only the owner thread moves a block between LIVE and FREE, inside a
-     fast operation: tc->seq odd, begun only while tc->frozen is clear;
+     fast operation: tc->seq odd, begun only while tc->frozen is clear.
+     Until another thread takes a LIVE block (ctx->tc_cas clear) it does
+     so with plain loads and stores (a locked instruction there costs a
+     third of a pair), so nobody else writes a LIVE block's word while its
+     owner may be inside a fast operation; from then on (tc_cas set, for
+     the context's life) it takes LIVE -> FREE by compare-and-swap;
    - a block leaves its cache only under ctx->mu, and its generation grows
-     then: LIVE -> NONE when it is freed through the lock (by another
-     thread, say) or recorded on another stream, FREE -> NONE when its
-     owner or a stealer gives it back to the pool. A table entry carries
+     then: LIVE -> NONE when it is freed through the lock or recorded on
+     another stream, FREE -> NONE when its owner or a stealer gives it back
+     to the pool. The owner takes its own LIVE block so at once; another
+     thread's LIVE block is taken by compare-and-swap, against its owner's
+     free of it at the same moment (a double free: one wins), once tc_cas
+     is set; the first such take sets it while every cache stands still (a
+     freeze), so that no owner is between the load and the store of a
+     plain free as the compare-and-swaps begin. A table entry carries
      the word of its block's adoption: it is valid while the block's
      generation is that word's (LIVE or FREE), stale after, and dropped
      when met or when the table is rebuilt; every binned block has a valid
@@ -5267,6 +5278,7 @@ typedef struct gm__tcache {
     gm__tclive* live;
     size_t lcap, lcount;
     size_t room_skip;         /* adoptions refused without a look after a full table was scanned */
+    /* under ctx->mu */
     /* under ctx->mu */
     int frozen;               /* atomic; ctx->tc_frozen says whether all are */
     int64_t folded[GM__TCN];  /* cnt at the last fold */
@@ -5712,28 +5724,23 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
     return 1;
 }
 
-/* A block the calling thread was handed into its bin, without the lock: 1;
-   0 when its cache does not know it (or it is frozen); 2 when its bin or
-   the cache is full (the caller gives some back under the lock, then
-   tries again). */
-static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
-    gm__tclive* e;
+/* The fast free of the block entry e names, inside a fast operation,
+   which it ends; cas: ctx->tc_cas, a constant in each of its two callers. */
+static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e, void* ptr, int cas) {
+    gm__block* b = e->b;
     gm__tcbin* bin;
-    gm__block* b;
-    uint64_t w;
+    uint64_t w = e->w;
     size_t size;
     int other;
-    e = gm__tc_find(tc, (uintptr_t)ptr); /* only the owner writes the table: a miss needs no entering */
-    if (!e || !gm__tc_enter(tc)) return 0;
-    b = e->b;
-    /* LIVE -> FREE by compare-and-swap, first, from the word it must have
-       (the entry's, of its adoption: LIVE): a free of the same block racing
-       on another thread (through the lock) wins or loses as a whole, and the
-       loser reports the double free; until then nothing else of the block
-       is read */
-    w = e->w;
-    if (GM__UNLIKELY(!__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0, __ATOMIC_ACQ_REL,
-                                                  __ATOMIC_RELAXED))) {
+    /* It must have the word of its adoption (LIVE), and a free of it racing
+       through the lock on another thread (a double free) must win or lose
+       as a whole, the loser reporting it. With tc_cas clear nobody else
+       writes the word while this cache may be inside a fast operation (see
+       the invariants); with it set, LIVE -> FREE by compare-and-swap,
+       first. Until then nothing else of the block is read. */
+    if (GM__UNLIKELY(cas ? !__atomic_compare_exchange_n(&b->tcw, &w, w - GM__TC_LIVE + GM__TC_FREE, 0,
+                                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)
+                         : (w = GM__LD(b->tcw)) != e->w)) {
         if ((w ^ e->w) >> 2) gm__tc_del(tc, e); /* it left this cache (freed or recorded elsewhere, and maybe
                                                     handed out again) */
         gm__tc_leave(tc); /* else it is in a bin: freed already (the lock says so) */
@@ -5744,10 +5751,11 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     other = bin->n && (bin->size != size || bin->stream != e->stream); /* its bin serves another size or stream */
     if (other || bin->n == GM__TC_DEPTH || tc->cached + size > tc->cap) { /* it stays handed out: the lock frees it,
                                                                              or room is made and it comes again */
-        GM__ST(b->tcw, w);
+        if (cas) GM__ST(b->tcw, w);
         gm__tc_leave(tc);
         return other ? 0 : 2;
     }
+    if (!cas) GM__ST(b->tcw, w - GM__TC_LIVE + GM__TC_FREE);
     if (!bin->n) {
         bin->size = size;
         bin->stream = e->stream;
@@ -5757,6 +5765,24 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
     gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
     return 1;
+}
+
+/* Once another thread has taken a block from a cache: out of line, so
+   that the plain way saves no registers for it. */
+static GM__NOINLINE int gm__tc_free_cas(gm_context* ctx, gm__tcache* tc, gm__tclive* e, void* ptr) {
+    return gm__tc_free_at(ctx, tc, e, ptr, 1);
+}
+
+/* A block the calling thread was handed into its bin, without the lock: 1;
+   0 when its cache does not know it (or it is frozen); 2 when its bin or
+   the cache is full (the caller gives some back under the lock, then
+   tries again). */
+static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
+    gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr); /* only the owner writes the table: a miss needs no entering */
+    if (!e || !gm__tc_enter(tc)) return 0;
+    if (GM__UNLIKELY(GM__LD(ctx->tc_cas))) /* read inside: it is set while this cache stands still */
+        return gm__tc_free_cas(ctx, tc, e, ptr);
+    return gm__tc_free_at(ctx, tc, e, ptr, 0);
 }
 
 /* A FREE block of a cache back to the pool (with mu; its owner stands
@@ -5785,7 +5811,7 @@ static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, u
     return got;
 }
 
-/* The owner's bins back to the pool (with mu). */
+/* The owner's bins back to the pool (with mu; or a stealer's, while frozen). */
 static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
     uint32_t i;
     for (i = 0; i < GM__TC_BINS && tc->cached; i++) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
@@ -5822,12 +5848,48 @@ static size_t gm__tc_steal(gm_context* ctx, int keep) {
     return got;
 }
 
+static gm__tcache* gm__tc_get(gm_context* ctx, int create);
+
+/* Whether e names its block as handed out by its cache (LIVE, as adopted). */
+static int gm__tc_handed(const gm__tclive* e) { return e && e->p && GM__LD(e->b->tcw) == e->w; }
+
+/* Every block cache tc handed out leaves it (with mu; tc stands still or
+   is the caller's): they are ordinary blocks from now on. */
+static void gm__tc_revoke(gm__tcache* tc) {
+    size_t i;
+    for (i = 0; i < tc->lcap; i++)
+        if (gm__tc_handed(&tc->live[i])) GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
+}
+
 /* A block about to change hands under the lock (freed, or recorded on
    another stream): it leaves the cache that handed it out. Returns 0 when
-   it lies in a bin: freed already. */
-static int gm__tc_leave_block(gm__block* b) {
+   it lies in a bin: freed already. The calling thread's own cache stands
+   still: it gives the block up at once. Another thread's may be freeing
+   the same block at this moment (a double free: one wins): a
+   compare-and-swap, once every owner takes its blocks so too (tc_cas). */
+static int gm__tc_leave_block(gm_context* ctx, gm__block* b) {
     uint64_t w = GM__LD(b->tcw);
-    for (;;) { /* against its owner's free of it at the same moment (a double free): one wins */
+    gm__tcache* own;
+    if ((w & 3) == GM__TC_FREE) return 0;
+    if ((w & 3) != GM__TC_LIVE) return 1;
+    own = gm__tc_get(ctx, 0);
+    if (own && own->ctx == ctx) {
+        gm__tclive* e = gm__tc_find(own, b->addr);
+        if (e && e->b == b && e->w == w) { /* handed out by the caller's cache: nobody else moves it now */
+            GM__ST(b->tcw, gm__tc_next_gen(w, GM__TC_NONE));
+            return 1;
+        }
+    }
+    if (!GM__LD(ctx->tc_cas)) { /* the first time: every owner stands still as its frees change their way */
+        int frozen = ctx->tc_frozen;
+        gm__tc_freeze(ctx);
+        __atomic_store_n(&ctx->tc_cas, 1, __ATOMIC_RELEASE);
+        if (!frozen) gm__tc_thaw(ctx);
+        gm__log(ctx, GM_LOG_DEBUG, "thread caches: a block is freed on another thread than its cache's; fast frees "
+                                   "take a compare-and-swap from now on");
+        w = GM__LD(b->tcw);
+    }
+    for (;;) {
         if ((w & 3) == GM__TC_FREE) return 0;
         if ((w & 3) != GM__TC_LIVE) return 1;
         if (__atomic_compare_exchange_n(&b->tcw, &w, gm__tc_next_gen(w, GM__TC_NONE), 0, __ATOMIC_ACQ_REL,
@@ -5842,8 +5904,9 @@ static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t r
     gm__tclive n;
     int k;
     if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize / GM__ROUND > UINT32_MAX ||
-        b->seg->arena != &ctx->pool[gm__pool_of(rsize)] || !gm__tc_room(tc))
+        b->seg->arena != &ctx->pool[gm__pool_of(rsize)])
         return;
+    if (!gm__tc_room(tc)) return;
     if (rsize > GM__TC_MAX && !tc->big) { /* counts go per pool from now on; so far all were the small pool's */
         for (k = 0; k < 3; k++) {
             GM__ST(tc->his[k], GM__LD(tc->hi[k]));
@@ -5872,7 +5935,7 @@ static void gm__tc_forget_stream(gm_context* ctx, gm_stream s) {
         for (i = 0; i < GM__TC_BINS; i++)
             if (tc->bins[i].n && tc->bins[i].stream == s) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
         for (i = 0; i < tc->lcap; i++) /* blocks handed out for it are freed through the lock */
-            if (tc->live[i].p && tc->live[i].stream == s && GM__LD(tc->live[i].b->tcw) == tc->live[i].w) /* LIVE */
+            if (tc->live[i].stream == s && gm__tc_handed(&tc->live[i]))
                 GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
     }
     gm__tc_thaw(ctx);
@@ -5925,13 +5988,15 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
     }
 }
 
-/* A cache leaves its context (with gm__tc_mu and ctx->mu): its counts are
-   folded, its bins given back, and it is off the list. Its blocks still
-   handed out are freed through the lock, as ordinary blocks. */
+/* A cache leaves its context (with gm__tc_mu and ctx->mu; its owner is the
+   caller): its counts are folded, its bins given back, and it is off the
+   list. Its blocks still handed out are freed through the lock, as
+   ordinary blocks. */
 static void gm__tc_drop(gm_context* ctx, gm__tcache* tc) {
     gm__tcache** pp;
     gm__tc_fold_now(ctx);
     gm__tc_give_own(ctx, tc);
+    gm__tc_revoke(tc);
     for (pp = &ctx->tcs; *pp; pp = &(*pp)->next)
         if (*pp == tc) {
             *pp = tc->next;
@@ -6443,7 +6508,7 @@ static gm_result gm__free(gm_context* ctx, void* ptr, int owner) {
     gm__tc_fold(ctx);
     slot = gm__map_slot(&ctx->map, (uintptr_t)ptr);
     b = slot == (size_t)-1 ? NULL : (gm__block*)ctx->map.e[slot].v;
-    if (!b || b->owner != owner || !gm__tc_leave_block(b)) { /* unified memory of the owner's, or a mistake */
+    if (!b || b->owner != owner || !gm__tc_leave_block(ctx, b)) { /* unified memory of the owner's, or a mistake */
         gm_result r = b ? GM_ERR_FOREIGN_POINTER : gm__managed_put(ctx, ptr, owner);
         if (r != GM_OK) r = gm__diagnose(ctx, ptr, "gm_free");
         gm__unlock(ctx);
@@ -6549,7 +6614,7 @@ static gm_result gm__record_stream(gm_context* ctx, void* ptr, gm_stream stream,
     if (r == GM_OK && (uintptr_t)si + 1 != b->seg->key) {
         for (i = 0; i < b->nuses && b->uses[i] != si; i++) {}
         if (i == b->nuses) {
-            if (!gm__tc_leave_block(b)) { /* its owner freed it into a bin meanwhile: freed already */
+            if (!gm__tc_leave_block(ctx, b)) { /* its owner freed it into a bin meanwhile: freed already */
                 pthread_mutex_unlock(&ctx->mu);
                 return GM__MISUSE(ctx, GM_ERR_DOUBLE_FREE, "gm_record_stream: %p was freed as it was recorded", ptr);
             }

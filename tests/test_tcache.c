@@ -655,6 +655,116 @@ static void test_double_free_race(void) {
     T_OK(gm_shutdown(rctx));
 }
 
+/* The same race on a context whose caches' frees take no locked
+   instruction: a fresh context each round (the first free of a cached
+   block on another thread switches a context's fast frees to a
+   compare-and-swap, the race above). The other thread's free freezes the
+   caches, switches, then takes the block. The owner's free starts after a delay that moves
+   to where either may come first (longer after the owner won, shorter
+   after it lost), so the two meet at the block's word. Exactly one
+   succeeds, and the block is handed out once. */
+static void test_double_free_race_cached(void) {
+    pthread_t th;
+    int i, both = 0, neither = 0, cached = 0, mine = 0;
+    long spin, delay = 0;
+    __atomic_store_n(&rgo, 0, __ATOMIC_RELEASE); /* the last test told its racer to end */
+    pthread_create(&th, NULL, racer, NULL);
+    for (i = 0; i < 1500 && !both && !neither; i++) {
+        void *p, *x, *y;
+        gm_result ra;
+        rctx = make(1, 0);
+        if (gm_alloc(rctx, &p, 4096, NULL) != GM_OK || gm_free(rctx, p) != GM_OK ||
+            gm_alloc(rctx, &p, 4096, NULL) != GM_OK) /* from this thread's bin: handed out by its cache */
+            break;
+        cached += gm__tc_get(rctx, 0) && gm__tc_handed(gm__tc_find(gm__tc_get(rctx, 0), (uintptr_t)p));
+        rptr = p;
+        __atomic_store_n(&rdone, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&rgo, 1, __ATOMIC_RELEASE);
+        for (spin = delay / 2 + (long)(t_rand() % (unsigned long long)(delay + 1)); spin > 0; spin--)
+            __asm__ __volatile__("" ::: "memory"); /* either may come first */
+        ra = gm_free(rctx, p);
+        while (!__atomic_load_n(&rdone, __ATOMIC_ACQUIRE)) {}
+        both += ra == GM_OK && rres == GM_OK;
+        neither += ra != GM_OK && rres != GM_OK;
+        mine += ra == GM_OK;
+        delay = ra == GM_OK ? delay + delay / 4 + 16 : delay - delay / 4; /* to where either wins */
+        if (delay > 10000000) delay = 10000000;
+        if (gm_alloc(rctx, &x, 4096, NULL) != GM_OK || gm_alloc(rctx, &y, 4096, NULL) != GM_OK || x == y) both++;
+        else if (gm_free(rctx, x) != GM_OK || gm_free(rctx, y) != GM_OK) neither++;
+        if (gm_check(rctx) != 0) neither++;
+        gm_shutdown(rctx);
+    }
+    __atomic_store_n(&rgo, -1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    T_EQ(i, 1500);
+    T_EQ(cached, 1500);
+    printf("a cached block freed on two threads at once: the owner's free won %d of %d times\n", mine, i);
+    T_CHECK(mine > 0 && mine < i); /* both sides won some */
+    T_EQ(both, 0);
+    T_EQ(neither, 0);
+}
+
+/* Blocks one thread allocates and another frees (a producer and a
+   consumer): a context whose blocks were all freed by their own threads
+   frees without a locked instruction; the first block freed on the other
+   thread switches it, once, and every block comes back whole with the
+   statistics exact. */
+typedef struct pc_arg {
+    gm_context* ctx;
+    void* volatile slot[64];
+    int n, err;
+} pc_arg;
+static void* pc_consumer(void* a) {
+    pc_arg* x = (pc_arg*)a;
+    int got = 0, k = 0;
+    while (got < x->n) {
+        void* p = __atomic_exchange_n(&x->slot[k], NULL, __ATOMIC_ACQ_REL);
+        if (!p) continue;
+        k = (k + 1) % 64;
+        if (!t_tag_ok(p, 4096, (unsigned long long)got)) x->err++; /* in order: the slots are a ring */
+        if (gm_free(x->ctx, p) != GM_OK) x->err++;
+        got++;
+    }
+    return NULL;
+}
+static void test_producer_consumer(void) {
+    pc_arg x;
+    pthread_t th;
+    gm_stats st;
+    int i, k = 0;
+    memset(&x, 0, sizeof x);
+    x.ctx = make(1, 0);
+    x.n = 20000;
+    for (i = 0; i < 100; i++) { /* this thread's own frees keep the plain way */
+        void* p;
+        T_OK(gm_alloc(x.ctx, &p, 4096, NULL));
+        T_OK(gm_free(x.ctx, p));
+    }
+    T_EQ(x.ctx->tc_cas, 0);
+    pthread_create(&th, NULL, pc_consumer, &x);
+    for (i = 0; i < x.n; i++) {
+        void* p;
+        if (gm_alloc(x.ctx, &p, 4096, NULL) != GM_OK) {
+            x.err++;
+            break;
+        }
+        t_tag_put(p, 4096, (unsigned long long)i);
+        while (__atomic_load_n(&x.slot[k], __ATOMIC_ACQUIRE)) {}
+        __atomic_store_n(&x.slot[k], p, __ATOMIC_RELEASE);
+        k = (k + 1) % 64;
+    }
+    pthread_join(th, NULL);
+    T_EQ(x.err, 0);
+    T_EQ(x.ctx->tc_cas, 1);
+    T_EQ(gm_check(x.ctx), 0);
+    T_OK(gm_get_stats(x.ctx, &st));
+    T_EQ(st.allocation[GM_STAT_ALL].current, 0);
+    T_EQ(st.allocation[GM_STAT_ALL].allocated, x.n + 100);
+    T_EQ(st.allocation[GM_STAT_ALL].freed, x.n + 100);
+    T_EQ(st.requested_bytes[GM_STAT_ALL].current, 0);
+    T_OK(gm_shutdown(x.ctx));
+}
+
 /* Regression: statistics changed under the lock by the tiered manager and
    by retired pending frees see what the thread cache did before them. */
 static void stats_of(int tcache, gm_stats* tier_st, gm_stats* pend_st) {
@@ -1014,6 +1124,8 @@ int main(void) {
     test_idle_steal();
     test_exit_and_shutdown();
     test_double_free_race();
+    test_double_free_race_cached();
+    test_producer_consumer();
     test_locked_changes_fold();
     test_widen();
     return t_done();
