@@ -5755,7 +5755,6 @@ static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e
         gm__tc_leave(tc);
         return other ? 0 : 2;
     }
-    if (!cas) GM__ST(b->tcw, w - GM__TC_LIVE + GM__TC_FREE);
     if (!bin->n) {
         bin->size = size;
         bin->stream = e->stream;
@@ -5763,6 +5762,8 @@ static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e
     bin->a[bin->n] = (uintptr_t)ptr;
     bin->e[bin->n++] = b;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
+    if (!cas) GM__ST(b->tcw, w - GM__TC_LIVE + GM__TC_FREE); /* last: an atomic store makes the compiler load again
+                                                                what it kept */
     gm__tc_count(ctx, tc, 1, size > GM__TC_MAX, (int64_t)size, (int64_t)b->requested);
     return 1;
 }
