@@ -5213,7 +5213,7 @@ static gm_result gm__alloc_take(gm_context* ctx, gm__block* b, size_t rsize, siz
    - the table's entries fit in half the table; only the owner writes the
      table (dropping a stale entry in a fast free, adding one under mu), a
      stealer reads it while frozen; an entry names its block's size and
-     bin (set as it is adopted), and a bin's a[k] is its block e[k]'s address;
+     bin (set as it is adopted);
      tc->cached sums the bins' bytes, at most tc->cap;
    - statistics: an owner counts its fast allocations and frees in
      monotonic counters, read consistently through seq; once it adopted a
@@ -5249,7 +5249,6 @@ typedef struct gm__tcbin {
     gm_stream stream;
     uint32_t n;
     gm__block* e[GM__TC_DEPTH]; /* oldest first; each FREE (its word says its generation) */
-    uintptr_t a[GM__TC_DEPTH];  /* their addresses (a fast allocation need not load the block's to return it) */
 } gm__tcbin;
 /* w: the block's word at adoption (LIVE); units and bin: its size in
    GM__ROUND units and its bin (a fast free picks the bin from the entry
@@ -5715,7 +5714,7 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
         return 0;
     }
     b = bin->e[--bin->n];
-    *out = (void*)bin->a[bin->n];
+    *out = (void*)b->addr; /* the line of its word, which is written next */
     GM__ST(tc->cached, tc->cached - rsize); /* others read it to see whether any cache holds blocks */
     w = GM__LD(b->tcw) - GM__TC_FREE + GM__TC_LIVE; /* FREE: only its owner or a stealer (frozen) moves it */
     GM__ST(b->tcw, w); /* its table entry stayed */
@@ -5726,7 +5725,7 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
 
 /* The fast free of the block entry e names, inside a fast operation,
    which it ends; cas: ctx->tc_cas, a constant in each of its two callers. */
-static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e, void* ptr, int cas) {
+static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e, int cas) {
     gm__block* b = e->b;
     gm__tcbin* bin;
     uint64_t w = e->w;
@@ -5759,7 +5758,6 @@ static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e
         bin->size = size;
         bin->stream = e->stream;
     }
-    bin->a[bin->n] = (uintptr_t)ptr;
     bin->e[bin->n++] = b;
     GM__ST(tc->cached, tc->cached + size); /* its table entry stays */
     if (!cas) GM__ST(b->tcw, w - GM__TC_LIVE + GM__TC_FREE); /* last: an atomic store makes the compiler load again
@@ -5770,8 +5768,8 @@ static GM__HOT int gm__tc_free_at(gm_context* ctx, gm__tcache* tc, gm__tclive* e
 
 /* Once another thread has taken a block from a cache: out of line, so
    that the plain way saves no registers for it. */
-static GM__NOINLINE int gm__tc_free_cas(gm_context* ctx, gm__tcache* tc, gm__tclive* e, void* ptr) {
-    return gm__tc_free_at(ctx, tc, e, ptr, 1);
+static GM__NOINLINE int gm__tc_free_cas(gm_context* ctx, gm__tcache* tc, gm__tclive* e) {
+    return gm__tc_free_at(ctx, tc, e, 1);
 }
 
 /* A block the calling thread was handed into its bin, without the lock: 1;
@@ -5782,8 +5780,8 @@ static GM__HOT int gm__tc_free(gm_context* ctx, gm__tcache* tc, void* ptr) {
     gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr); /* only the owner writes the table: a miss needs no entering */
     if (!e || !gm__tc_enter(tc)) return 0;
     if (GM__UNLIKELY(GM__LD(ctx->tc_cas))) /* read inside: it is set while this cache stands still */
-        return gm__tc_free_cas(ctx, tc, e, ptr);
-    return gm__tc_free_at(ctx, tc, e, ptr, 0);
+        return gm__tc_free_cas(ctx, tc, e);
+    return gm__tc_free_at(ctx, tc, e, 0);
 }
 
 /* A FREE block of a cache back to the pool (with mu; its owner stands
@@ -5806,7 +5804,6 @@ static size_t gm__tc_give_bin(gm_context* ctx, gm__tcache* tc, gm__tcbin* bin, u
         gm__tc_give(ctx, b);
     }
     memmove(bin->e, bin->e + n, (bin->n - n) * sizeof bin->e[0]);
-    memmove(bin->a, bin->a + n, (bin->n - n) * sizeof bin->a[0]);
     bin->n -= n;
     GM__ST(tc->cached, tc->cached - got);
     return got;
@@ -5955,7 +5952,7 @@ static void gm__tc_check(gm_context* ctx, gm__ck* ck) {
             for (k = 0; k < bin->n && k < GM__TC_DEPTH; k++) {
                 const gm__block* b = bin->e[k];
                 const gm__tclive* e = gm__tc_find(tc, b->addr);
-                if ((GM__LD(b->tcw) & 3) != GM__TC_FREE || b->state != GM__USED || bin->a[k] != b->addr || !e ||
+                if ((GM__LD(b->tcw) & 3) != GM__TC_FREE || b->state != GM__USED || !e ||
                     e->b != b || e->bin != i || /* its size: the entries' walk */
                     gm__map_get(&ctx->map, b->addr) != b || b->size != bin->size || b->size > ctx->tc_max ||
                     b->seg->arena != &ctx->pool[gm__pool_of(b->size)] || (b->size > GM__TC_MAX && !tc->big) ||
