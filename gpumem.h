@@ -5278,7 +5278,6 @@ typedef struct gm__tcache {
     size_t lcap, lcount;
     size_t room_skip;         /* adoptions refused without a look after a full table was scanned */
     /* under ctx->mu */
-    /* under ctx->mu */
     int frozen;               /* atomic; ctx->tc_frozen says whether all are */
     int64_t folded[GM__TCN];  /* cnt at the last fold */
     int64_t foldedl[GM__TCN]; /* cntl at the last fold */
@@ -5902,9 +5901,8 @@ static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t r
     gm__tclive n;
     int k;
     if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize / GM__ROUND > UINT32_MAX ||
-        b->seg->arena != &ctx->pool[gm__pool_of(rsize)])
+        b->seg->arena != &ctx->pool[gm__pool_of(rsize)] || !gm__tc_room(tc))
         return;
-    if (!gm__tc_room(tc)) return;
     if (rsize > GM__TC_MAX && !tc->big) { /* counts go per pool from now on; so far all were the small pool's */
         for (k = 0; k < 3; k++) {
             GM__ST(tc->his[k], GM__LD(tc->hi[k]));
