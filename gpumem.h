@@ -206,7 +206,8 @@
     the I/O goes through io_uring with the staging buffers and the file
     registered (flags and registrations the kernel refuses are dropped one
     by one; a kernel without io_uring gets pread/pwrite, with a warning);
-    disk_io:pread asks for pread/pwrite. Short transfers are resumed, every
+    disk_io:pread asks for pread/pwrite, which I/O threads run (up to
+    disk_depth, 16 at most) so that its queue is deep too. Short transfers are resumed, every
     completion is checked, and no I/O outlives the call that started it.
     Each extent keeps a CRC32C of the tensor's bytes (disk_checksum:off
     skips it), checked on read-back: a mismatch is GM_ERR_CHECKSUM naming
@@ -482,7 +483,7 @@ typedef enum gm_fallback {
 typedef enum gm_disk_io {
     GM_DISK_IO_DEFAULT = 0, /* io_uring when built with GPUMEM_URING and the kernel allows it, else pread */
     GM_DISK_IO_URING,       /* io_uring (needs GPUMEM_URING); falls back to pread if the kernel refuses */
-    GM_DISK_IO_PREAD        /* pread/pwrite, one chunk at a time */
+    GM_DISK_IO_PREAD        /* pread/pwrite, from up to 16 I/O threads */
 } gm_disk_io;
 
 /* Which released tensor leaves the device when room is needed. */
@@ -1123,6 +1124,17 @@ static uint64_t gm__now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits on cv (a default one: the real-time clock) for at most ns. */
+static void gm__cond_wait_ns(pthread_cond_t* cv, pthread_mutex_t* mu, uint64_t ns) {
+    struct timespec ts;
+    uint64_t at;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec = (time_t)(at / 1000000000u);
+    ts.tv_nsec = (long)(at % 1000000000u);
+    pthread_cond_timedwait(cv, mu, &ts);
 }
 
 /* A warning whose cause persists call after call (a full file system under
@@ -7770,6 +7782,7 @@ typedef struct gm__dslot {
 #define GM__DIO_BACKOFF 1000000u /* ns before the first try again after EAGAIN, doubling: 255 ms in all */
 
 #define GM__REGBUFS 256     /* registered buffers: 0 the staging, then host pool chunks */
+#define GM__DIO_THREADS 16  /* pread/pwrite: I/O threads, at most */
 
 typedef struct gm__disk {
     int fd;
@@ -7786,8 +7799,19 @@ typedef struct gm__disk {
     char* staging;
     gm__dslot* slot;
     gm__arena ar;
-    int* pend;              /* pread/pwrite: completions not yet reaped, a ring */
+    int* pend;              /* pread/pwrite: completions not yet reaped, a ring of depth (slot, result) */
     int npend, pend_head;
+    /* pread/pwrite: the I/O threads (nio of them; none: each I/O runs in
+       the engine as it is submitted). A submit queues (slot, length) in
+       req, a ring of depth; a thread takes one, does it without dk->mu, and
+       posts its completion in pend, waking the engine (dk->cv). The slot's
+       buffer, offset and length do not change while its I/O is in flight. */
+    pthread_t* io_th;
+    int nio, io_stop;
+    int* req;
+    size_t* reqlen;
+    int nreq, req_head;
+    pthread_cond_t io_cv;   /* a request for the I/O threads */
     int broken;             /* the ring failed: no more transfers; what was in flight is still reaped
                                from the ring's memory (gm__dio_break) */
     int broken_inflight;    /* I/Os in flight when it broke, */
@@ -7997,7 +8021,7 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
     gm__dio_account(dk);
     dk->inflight++;
     dk->ios++;
-    dk->depth_sum += dk->uring ? dk->inflight : 1; /* pread/pwrite: one at a time */
+    dk->depth_sum += dk->uring || dk->nio ? dk->inflight : 1; /* pread/pwrite without threads: one at a time */
     if (dk->pace > 0) sl->sent_at = gm__now_ns();
 #ifdef GPUMEM_URING
     if (dk->uring) {
@@ -8028,6 +8052,14 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
     }
 #endif
     (void)ctx;
+    if (dk->nio) { /* an I/O thread does it */
+        int at = (dk->req_head + dk->nreq++) % dk->depth;
+        GPUMEM_ASSERT(dk->nreq <= dk->depth);
+        dk->req[at] = k;
+        dk->reqlen[at] = len;
+        pthread_cond_signal(&dk->io_cv);
+        return GM_OK;
+    }
     { /* pread/pwrite: done now, reaped later */
         ssize_t res;
         int at;
@@ -8510,6 +8542,43 @@ static void gm__job_finish(gm__disk* dk, gm__job* j) {
     pthread_mutex_unlock(&dk->mu);
 }
 
+/* An I/O thread (pread/pwrite): takes a request, moves its bytes without
+   dk->mu, posts its completion and wakes the engine. */
+static void* gm__dio_thread(void* arg) {
+    gm__disk* dk = (gm__disk*)arg;
+    pthread_mutex_lock(&dk->mu);
+    for (;;) {
+        gm__dslot* sl;
+        char* mem;
+        uint64_t off;
+        size_t len;
+        ssize_t res;
+        int k, w, at;
+        while (!dk->nreq && !dk->io_stop) pthread_cond_wait(&dk->io_cv, &dk->mu);
+        if (!dk->nreq) break;
+        k = dk->req[dk->req_head];
+        len = dk->reqlen[dk->req_head];
+        dk->req_head = (dk->req_head + 1) % dk->depth;
+        dk->nreq--;
+        sl = &dk->slot[k];
+        mem = sl->mem + sl->done;
+        off = sl->off + sl->done;
+        w = sl->write;
+        pthread_mutex_unlock(&dk->mu);
+        do res = w ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
+        while (res < 0 && errno == EINTR);
+        if (res < 0) res = -errno;
+        pthread_mutex_lock(&dk->mu);
+        at = (dk->pend_head + dk->npend++) % dk->depth;
+        GPUMEM_ASSERT(dk->npend <= dk->depth);
+        dk->pend[2 * at] = k;
+        dk->pend[2 * at + 1] = (int)res;
+        pthread_cond_signal(&dk->cv);
+    }
+    pthread_mutex_unlock(&dk->mu);
+    return NULL;
+}
+
 /* The engine: pumps the jobs (urgent ones come first in the list), reaps
    completions, finishes the jobs that are over, and sleeps on the I/O in
    flight, on a gate or a staging copy, or until there is work. */
@@ -8582,6 +8651,9 @@ static void* gm__disk_engine(void* arg) {
             gm__dio_wait(dk, 0, 0, stuck || again_at ? 200 : 0, &k, &res);
             pthread_mutex_lock(&dk->mu);
             if (k != -1) gm__dio_complete(ctx, dk, k, res);
+        } else if (dk->inflight && dk->nio) { /* sleep on the I/O threads' completions, as on the ring's */
+            if (stuck || again_at) gm__cond_wait_ns(&dk->cv, &dk->mu, 200000u);
+            else pthread_cond_wait(&dk->cv, &dk->mu);
         } else if (again_at) { /* an I/O goes again then: until then, or 50 us when stuck (1 ms at most) */
             uint64_t until = gm__now_ns() + (stuck ? 50000u : 1000000u);
             pthread_mutex_unlock(&dk->mu);
@@ -8754,6 +8826,14 @@ static void gm__disk_close(gm_context* ctx) {
         pthread_mutex_unlock(&dk->mu);
         pthread_join(dk->th, NULL);
     }
+    if (dk->nio) { /* after the engine: nothing is in flight */
+        pthread_mutex_lock(&dk->mu);
+        dk->io_stop = 1;
+        pthread_cond_broadcast(&dk->io_cv);
+        pthread_mutex_unlock(&dk->mu);
+        for (i = 0; i < dk->nio; i++) pthread_join(dk->io_th[i], NULL);
+        dk->nio = 0;
+    }
     while (dk->done) {
         gm__job* j = dk->done;
         dk->done = j->next;
@@ -8770,9 +8850,13 @@ static void gm__disk_close(gm_context* ctx) {
     gm__arena_destroy(&dk->ar);
     pthread_cond_destroy(&dk->cv);
     pthread_cond_destroy(&dk->done_cv);
+    pthread_cond_destroy(&dk->io_cv);
     pthread_mutex_destroy(&dk->mu);
     GPUMEM_FREE(dk->slot);
     GPUMEM_FREE(dk->pend);
+    GPUMEM_FREE(dk->req);
+    GPUMEM_FREE(dk->reqlen);
+    GPUMEM_FREE(dk->io_th);
     GPUMEM_FREE(dk);
     ctx->disk = NULL;
 }
@@ -8792,6 +8876,7 @@ static gm_result gm__disk_open(gm_context* ctx) {
     pthread_mutex_init(&dk->mu, NULL);
     pthread_cond_init(&dk->cv, NULL);
     pthread_cond_init(&dk->done_cv, NULL);
+    pthread_cond_init(&dk->io_cv, NULL);
     if (d->disk_dir != ctx->disk_dir) { /* keep the path: the caller's string may go */
         if (strlen(d->disk_dir) >= GM__PATH) {
             gm__log(ctx, GM_LOG_ERROR, "disk: the spill directory's path is too long");
@@ -8838,7 +8923,9 @@ static gm_result gm__disk_open(gm_context* ctx) {
     gm__arena_init(&dk->ar, dk->align, NULL, 0);
     dk->slot = (gm__dslot*)gm__calloc((size_t)dk->nslot * sizeof *dk->slot);
     dk->pend = (int*)gm__calloc((size_t)dk->depth * 2 * sizeof *dk->pend);
-    if (!dk->slot || !dk->pend || gm__pinned_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->nslot) != GM_OK) {
+    dk->req = (int*)gm__calloc((size_t)dk->depth * sizeof *dk->req);
+    dk->reqlen = (size_t*)gm__calloc((size_t)dk->depth * sizeof *dk->reqlen);
+    if (!dk->slot || !dk->pend || !dk->req || !dk->reqlen || gm__pinned_alloc(ctx, (void**)&dk->staging, dk->chunk * (size_t)dk->nslot) != GM_OK) {
         dk->staging = NULL;
         gm__log(ctx, GM_LOG_ERROR, "disk: no host memory for %d staging buffers of %zu bytes", dk->nslot, dk->chunk);
         gm__disk_close(ctx);
@@ -8858,22 +8945,34 @@ static gm_result gm__disk_open(gm_context* ctx) {
     if (d->disk_io == GM_DISK_IO_URING)
         gm__log(ctx, GM_LOG_WARN, "disk: io_uring was not built (define GPUMEM_URING, link -luring): using pread/pwrite");
 #endif
+    if (!dk->uring) { /* pread/pwrite: threads keep disk_depth I/Os in flight (GM__DIO_THREADS at most) */
+        int want = dk->depth < GM__DIO_THREADS ? dk->depth : GM__DIO_THREADS;
+        dk->io_th = (pthread_t*)gm__calloc((size_t)want * sizeof *dk->io_th);
+        while (dk->io_th && dk->nio < want && pthread_create(&dk->io_th[dk->nio], NULL, gm__dio_thread, dk) == 0)
+            dk->nio++;
+        if (dk->nio < want)
+            gm__log(ctx, GM_LOG_WARN, "disk: %d of %d I/O threads started%s", dk->nio, want,
+                    dk->nio ? "" : ": each pread and pwrite runs in the engine, one at a time");
+    }
     if (pthread_create(&dk->th, NULL, gm__disk_engine, dk) != 0) {
         gm__log(ctx, GM_LOG_ERROR, "disk: cannot start the I/O thread");
         gm__disk_close(ctx);
         return GM_ERR_HOST_OUT_OF_MEMORY;
     }
     dk->running = 1;
-    gm__log(ctx, GM_LOG_INFO, "disk: spill file in %s, %s%s, %s, %d x %zu-byte chunks in flight (%d staging "
-            "buffers), alignment %zu, budget %zu",
-            d->disk_dir, dk->uring ? "io_uring" : "pread/pwrite",
+    {
+        char how[40] = "";
+        if (!dk->uring) snprintf(how, sizeof how, " (%d I/O threads)", dk->nio);
 #ifdef GPUMEM_URING
-            !dk->uring ? "" : dk->fixed_buf && dk->fixed_file ? " (registered buffers and file)"
-                            : dk->fixed_buf ? " (registered buffers)" : dk->fixed_file ? " (registered file)" : "",
-#else
-            "",
+        else snprintf(how, sizeof how, "%s", dk->fixed_buf && dk->fixed_file ? " (registered buffers and file)"
+                                             : dk->fixed_buf ? " (registered buffers)"
+                                             : dk->fixed_file ? " (registered file)" : "");
 #endif
-            dk->direct ? "O_DIRECT" : "buffered", dk->depth, dk->chunk, dk->nslot, dk->align, dk->budget);
+        gm__log(ctx, GM_LOG_INFO, "disk: spill file in %s, %s%s, %s, %d x %zu-byte chunks in flight (%d staging "
+                "buffers), alignment %zu, budget %zu",
+                d->disk_dir, dk->uring ? "io_uring" : "pread/pwrite", how,
+                dk->direct ? "O_DIRECT" : "buffered", dk->depth, dk->chunk, dk->nslot, dk->align, dk->budget);
+    }
     return GM_OK;
 }
 

@@ -74,26 +74,32 @@ static int refused(void) {
     return 1;
 }
 
+/* pread and pwrite run on the disk tier's I/O threads, several at once:
+   the real function is looked up atomically. */
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
     static ssize_t (*real)(int, const void*, size_t, off_t);
-    if (!real) {
+    ssize_t (*fn)(int, const void*, size_t, off_t) = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!fn) {
         void* f = real_fn("pwrite");
-        memcpy(&real, &f, sizeof real);
+        memcpy(&fn, &f, sizeof fn);
+        __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
     }
     __atomic_add_fetch(&n_write, 1, __ATOMIC_RELAXED);
     if (refused()) return -1;
-    return attacked(atk_write, real(fd, buf, n, off), n);
+    return attacked(atk_write, fn(fd, buf, n, off), n);
 }
 
 ssize_t pread(int fd, void* buf, size_t n, off_t off) {
     static ssize_t (*real)(int, void*, size_t, off_t);
-    if (!real) {
+    ssize_t (*fn)(int, void*, size_t, off_t) = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!fn) {
         void* f = real_fn("pread");
-        memcpy(&real, &f, sizeof real);
+        memcpy(&fn, &f, sizeof fn);
+        __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
     }
     __atomic_add_fetch(&n_read, 1, __ATOMIC_RELAXED);
     if (refused()) return -1;
-    return attacked(atk_read, real(fd, buf, n, off), n);
+    return attacked(atk_read, fn(fd, buf, n, off), n);
 }
 
 int fallocate(int fd, int mode, off_t off, off_t len) {

@@ -134,8 +134,7 @@ static void test_roundtrips(gm_disk_io io) {
            (long long)ts.disk_ios, (double)ts.disk_depth_sum / (double)ts.disk_ios,
            (double)ts.bytes_to_disk / (double)ts.disk_write_ns * 1e3,
            (double)ts.bytes_from_disk / (double)ts.disk_read_ns * 1e3);
-    if (io != GM_DISK_IO_PREAD && t_uring_built) T_CHECK(ts.disk_depth_sum > 4 * ts.disk_ios); /* the queue was deep */
-    else T_EQ(ts.disk_depth_sum, ts.disk_ios);
+    T_CHECK(ts.disk_depth_sum > 4 * ts.disk_ios); /* the queue was deep: the ring's, or pread's I/O threads' */
     T_OK(gm_shutdown(ctx));
 }
 
