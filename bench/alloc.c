@@ -10,9 +10,12 @@
    backend call) in alternating batches: on a machine whose speed drifts,
    as a shared virtual machine's does, two columns timed seconds apart can
    differ by half for no reason of theirs.
-   Last, two lines: gm_empty_cache's cost per segment given back, and
+   Last, three lines: gm_empty_cache's cost per segment given back,
    with expandable segments (sim) the cost of an allocation or free of
-   blocks of a few MiB and of blocks of up to 5 GiB (2,560 pages).
+   blocks of a few MiB and of blocks of up to 5 GiB (2,560 pages), and
+   blocks freed on other threads than the allocating one (a cached pair
+   before and after the first, and blocks handed from one thread to
+   another).
    Prints a table; writes CSV to the path given as the first argument
    (default build/bench-alloc.csv). */
 #define GPUMEM_IMPLEMENTATION
@@ -251,6 +254,73 @@ static double measure_wide(size_t lo, size_t hi) {
     return best;
 }
 
+/* Blocks freed on other threads than the allocating one (sim). A cached
+   512 B pair before and after the first such free, which switches the
+   context's fast frees to a compare-and-swap each (*plain, *cas); and 4 KiB
+   blocks a producer hands to a consumer through a ring of 64, ns a block
+   (*handed; median of five passes of 20,000). */
+typedef struct crossed {
+    gm_context* ctx;
+    void* volatile slot[64];
+    void* one;
+    int n;
+} crossed;
+static void* crossed_free_one(void* a) {
+    crossed* x = (crossed*)a;
+    gm_free(x->ctx, x->one);
+    return NULL;
+}
+static void* crossed_consumer(void* a) {
+    crossed* x = (crossed*)a;
+    int got = 0, k = 0;
+    while (got < x->n) {
+        void* p = __atomic_exchange_n(&x->slot[k], NULL, __ATOMIC_ACQ_REL);
+        if (!p) continue;
+        k = (k + 1) % 64;
+        gm_free(x->ctx, p);
+        got++;
+    }
+    return NULL;
+}
+static void measure_crossed(double* plain, double* cas, double* handed) {
+    gm_desc d;
+    crossed x;
+    pthread_t th;
+    double t[5];
+    int r, i, k;
+    *plain = *cas = *handed = -1;
+    memset(&d, 0, sizeof d);
+    d.backend = GM_BACKEND_SIM;
+    d.ignore_env = 1;
+    memset(&x, 0, sizeof x);
+    if (gm_setup(&x.ctx, &d) != GM_OK) return;
+    *plain = measure(pair_gm, x.ctx, 512, 10000);
+    if (gm_alloc(x.ctx, &x.one, 512, NULL) == GM_OK && gm_free(x.ctx, x.one) == GM_OK &&
+        gm_alloc(x.ctx, &x.one, 512, NULL) == GM_OK && /* from this thread's cache */
+        pthread_create(&th, NULL, crossed_free_one, &x) == 0) {
+        pthread_join(th, NULL);
+        *cas = measure(pair_gm, x.ctx, 512, 10000);
+    }
+    gm_shutdown(x.ctx);
+    if (gm_setup(&x.ctx, &d) != GM_OK) return;
+    x.n = 20000;
+    for (r = 0; r < 5; r++) {
+        double t0 = now_ns();
+        if (pthread_create(&th, NULL, crossed_consumer, &x) != 0) break;
+        for (i = 0, k = 0; i < x.n; i++) {
+            void* p;
+            while (gm_alloc(x.ctx, &p, 4096, NULL) != GM_OK) {}
+            while (__atomic_load_n(&x.slot[k], __ATOMIC_ACQUIRE)) {}
+            __atomic_store_n(&x.slot[k], p, __ATOMIC_RELEASE);
+            k = (k + 1) % 64;
+        }
+        pthread_join(th, NULL);
+        t[r] = (now_ns() - t0) / x.n;
+    }
+    if (r == 5) *handed = median(t, 5);
+    gm_shutdown(x.ctx);
+}
+
 /* jemalloc's pairs, and gpumem's timed beside them (out[2 * i], out[2 * i + 1]). */
 static void jemalloc_column(const char* self, double* out) {
     const char* jp = bench_jemalloc();
@@ -361,6 +431,13 @@ int main(int argc, char** argv) {
     }
     printf("expandable segments (sim), ns per gm_alloc or gm_free, blocks of 2-9 MiB: %.0f; of 100 MiB-5 GiB: %.0f\n",
            measure_wide((size_t)2 << 20, (size_t)9 << 20), measure_wide((size_t)100 << 20, (size_t)5 << 30));
+    {
+        double plain, cas, handed;
+        measure_crossed(&plain, &cas, &handed);
+        printf("blocks freed on other threads (sim): a cached 512 B pair %.1f ns before the first, %.1f after (the\n"
+               "context's frees take a compare-and-swap from then on); 4 KiB blocks handed to another thread through a\n"
+               "ring of 64: %.0f ns a block\n", plain, cas, handed);
+    }
     if (csv) {
         fclose(csv);
         printf("wrote %s\n", csv_path);

@@ -174,6 +174,9 @@ if run alloc "$B/bench-alloc-cuda" "$D/alloc.csv"; then
     wide=$(sed -n 's/^expandable segments (sim), ns per gm_alloc or gm_free, //p' "$D/alloc.out")
     [ -n "$wide" ] && p "Expandable segments (sim), ns per \`gm_alloc\` or \`gm_free\` of blocks spanning" \
         "a few pages and up to 2,560 (eight live at a time): $wide." ""
+    crossed=$(sed -n '/^blocks freed on other threads (sim): /,/ a block$/p' "$D/alloc.out" | tr '\n' ' ' |
+        sed 's/^blocks freed on other threads (sim): //; s/ *$//')
+    [ -n "$crossed" ] && p "Blocks freed on other threads than the allocating one (sim): $crossed." ""
 else failed $? alloc; fi
 
 # ------------------------------------------------------------ tier scale
