@@ -5371,6 +5371,8 @@ static GM__HOT uint32_t gm__tc_bin(size_t size, gm_stream s) {
 /* Whether a table entry's block still belongs to the cache (its
    generation is the entry's). */
 static GM__HOT int gm__tc_valid(const gm__tclive* e) { return ((GM__LD(e->b->tcw) ^ e->w) >> 2) == 0; }
+/* Whether e names its block as handed out by its cache (LIVE, as adopted). */
+static int gm__tc_handed(const gm__tclive* e) { return e && e->p && GM__LD(e->b->tcw) == e->w; }
 
 static GM__HOT size_t gm__tc_slot(const gm__tcache* tc, uintptr_t p) {
     return (size_t)(((uint64_t)(p >> 9) * 0x9E3779B97F4A7C15ull) >> 32) & (tc->lcap - 1);
@@ -5830,7 +5832,7 @@ static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
    mu): half of that bin, or when the cache is full, every bin. */
 static void gm__tc_make_room(gm_context* ctx, gm__tcache* tc, const void* ptr) {
     gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr);
-    if (e && GM__LD(e->b->tcw) == e->w) { /* handed out (LIVE, as adopted) */
+    if (gm__tc_handed(e)) {
         gm__tcbin* bin = &tc->bins[e->bin];
         if (bin->n == GM__TC_DEPTH && tc->cached + e->b->size <= tc->cap) {
             gm__tc_give_bin(ctx, tc, bin, GM__TC_DEPTH / 2);
@@ -5859,15 +5861,14 @@ static size_t gm__tc_steal(gm_context* ctx, int keep) {
 
 static gm__tcache* gm__tc_get(gm_context* ctx, int create);
 
-/* Whether e names its block as handed out by its cache (LIVE, as adopted). */
-static int gm__tc_handed(const gm__tclive* e) { return e && e->p && GM__LD(e->b->tcw) == e->w; }
-
-/* Every block cache tc handed out leaves it (with mu; tc stands still or
-   is the caller's): they are ordinary blocks from now on. */
-static void gm__tc_revoke(gm__tcache* tc) {
+/* The blocks cache tc handed out (all, or those for stream s) leave it
+   (with mu; tc stands still or is the caller's): they are ordinary blocks
+   from now on, freed through the lock. */
+static void gm__tc_revoke(gm__tcache* tc, int all, gm_stream s) {
     size_t i;
     for (i = 0; i < tc->lcap; i++)
-        if (gm__tc_handed(&tc->live[i])) GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
+        if ((all || tc->live[i].stream == s) && gm__tc_handed(&tc->live[i]))
+            GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
 }
 
 /* A block about to change hands under the lock (freed, or recorded on
@@ -5884,7 +5885,7 @@ static int gm__tc_leave_block(gm_context* ctx, gm__block* b) {
     own = gm__tc_get(ctx, 0);
     if (own && own->ctx == ctx) {
         gm__tclive* e = gm__tc_find(own, b->addr);
-        if (e && e->b == b && e->w == w) { /* handed out by the caller's cache: nobody else moves it now */
+        if (e && e->b == b && gm__tc_handed(e)) { /* by the caller's cache: nobody else moves it now */
             GM__ST(b->tcw, gm__tc_next_gen(w, GM__TC_NONE));
             return 1;
         }
@@ -5942,9 +5943,7 @@ static void gm__tc_forget_stream(gm_context* ctx, gm_stream s) {
     for (tc = ctx->tcs; tc; tc = tc->next) {
         for (i = 0; i < GM__TC_BINS; i++)
             if (tc->bins[i].n && tc->bins[i].stream == s) gm__tc_give_bin(ctx, tc, &tc->bins[i], GM__TC_DEPTH);
-        for (i = 0; i < tc->lcap; i++) /* blocks handed out for it are freed through the lock */
-            if (tc->live[i].stream == s && gm__tc_handed(&tc->live[i]))
-                GM__ST(tc->live[i].b->tcw, gm__tc_next_gen(tc->live[i].w, GM__TC_NONE));
+        gm__tc_revoke(tc, 0, s);
     }
     gm__tc_thaw(ctx);
 }
@@ -6004,7 +6003,7 @@ static void gm__tc_drop(gm_context* ctx, gm__tcache* tc) {
     gm__tcache** pp;
     gm__tc_fold_now(ctx);
     gm__tc_give_own(ctx, tc);
-    gm__tc_revoke(tc);
+    gm__tc_revoke(tc, 1, NULL);
     for (pp = &ctx->tcs; *pp; pp = &(*pp)->next)
         if (*pp == tc) {
             *pp = tc->next;
@@ -8011,6 +8010,23 @@ static void gm__dio_account(gm__disk* dk) {
    its completion belongs to no slot. */
 #define GM__DIO_NOP UINTPTR_MAX
 
+/* pread/pwrite: one I/O (bytes moved, or -errno). */
+static int gm__dio_rw(const gm__disk* dk, int write, char* mem, size_t len, uint64_t off) {
+    ssize_t res;
+    do res = write ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
+    while (res < 0 && errno == EINTR);
+    return res < 0 ? -errno : (int)res;
+}
+
+/* pread/pwrite: slot k's I/O ended (with dk->mu): its completion waits in
+   pend for the engine to reap it. */
+static void gm__dio_post(gm__disk* dk, int k, int res) {
+    int at = (dk->pend_head + dk->npend++) % dk->depth;
+    GPUMEM_ASSERT(dk->npend <= dk->depth);
+    dk->pend[2 * at] = k;
+    dk->pend[2 * at + 1] = res;
+}
+
 static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
     gm__dslot* sl = &dk->slot[k];
     size_t len = sl->len - sl->done;
@@ -8060,16 +8076,7 @@ static gm_result gm__dio_submit(gm_context* ctx, gm__disk* dk, int k) {
         pthread_cond_signal(&dk->io_cv);
         return GM_OK;
     }
-    { /* pread/pwrite: done now, reaped later */
-        ssize_t res;
-        int at;
-        do res = sl->write ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
-        while (res < 0 && errno == EINTR);
-        at = (dk->pend_head + dk->npend++) % dk->depth;
-        GPUMEM_ASSERT(dk->npend <= dk->depth);
-        dk->pend[2 * at] = k;
-        dk->pend[2 * at + 1] = res < 0 ? -errno : (int)res;
-    }
+    gm__dio_post(dk, k, gm__dio_rw(dk, sl->write, mem, len, off)); /* done now, reaped later */
     return GM_OK;
 }
 
@@ -8552,8 +8559,7 @@ static void* gm__dio_thread(void* arg) {
         char* mem;
         uint64_t off;
         size_t len;
-        ssize_t res;
-        int k, w, at;
+        int k, w, res;
         while (!dk->nreq && !dk->io_stop) pthread_cond_wait(&dk->io_cv, &dk->mu);
         if (!dk->nreq) break;
         k = dk->req[dk->req_head];
@@ -8565,14 +8571,9 @@ static void* gm__dio_thread(void* arg) {
         off = sl->off + sl->done;
         w = sl->write;
         pthread_mutex_unlock(&dk->mu);
-        do res = w ? pwrite(dk->fd, mem, len, (off_t)off) : pread(dk->fd, mem, len, (off_t)off);
-        while (res < 0 && errno == EINTR);
-        if (res < 0) res = -errno;
+        res = gm__dio_rw(dk, w, mem, len, off);
         pthread_mutex_lock(&dk->mu);
-        at = (dk->pend_head + dk->npend++) % dk->depth;
-        GPUMEM_ASSERT(dk->npend <= dk->depth);
-        dk->pend[2 * at] = k;
-        dk->pend[2 * at + 1] = (int)res;
+        gm__dio_post(dk, k, res);
         pthread_cond_signal(&dk->cv);
     }
     pthread_mutex_unlock(&dk->mu);
