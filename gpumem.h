@@ -870,12 +870,15 @@ GPUMEM_API gm_result gm_raw_free(gm_context* ctx, void* ptr, size_t size);
    gm_tensor_release: `written` non-zero says the device copy changed, so a
      host copy is stale; a clean tensor with a host copy is evicted for free.
    gm_tensor_prefetch: starts bringing it to the device on the manager's copy
-     stream; a later acquire on `stream` waits only for that copy. It does
-     not write a victim to disk and wait: where room would need that (a
-     victim with no room below but the disk), the victim's write starts and
-     it returns GM_OK with the tensor where it was (a prefetch is a hint);
-     the acquire, or a later prefetch, takes the room (waiting for that
-     write if it is still under way). Learned order's prefetches do the same.
+     stream; a later acquire on `stream` waits only for that copy. It never
+     waits for the disk: where room would need a write to disk to end (a
+     victim's with no room below but the disk, a host copy's that makes
+     room for a victim in the host tier, or such a write under way), that
+     write starts or goes on and it returns GM_OK with the tensor where it
+     was (a prefetch is a hint); the acquire, or a later prefetch, takes
+     the room once the write ended (the acquire waits for it if it is still
+     under way). Learned order's own prefetches start a victim's write
+     likewise, but wait for a host copy's: measured, they land in time so.
    gm_tensor_evict: moves a released tensor off the device now: to the host
      tier (whose coldest copies go to disk to make room, with a disk tier),
      or straight to disk when the host tier cannot hold it.
@@ -9236,6 +9239,7 @@ typedef struct gm__tier {
     int closed;             /* the phase of the last step that ended, or -1 */
     int64_t tune_t0;        /* disk bytes moved when the active phase began */
     uint64_t evict_after;   /* while prefetching: only victims used later */
+    int asked_prefetch;     /* while gm_tensor_prefetch makes room: no wait for any disk write (gm__evict_at) */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
@@ -10377,8 +10381,12 @@ static int gm__goes_around(const gm_context* ctx, const gm__tier* tm, const gm__
    until it fits. With `around`, for `except` leaving the device: none, when
    except itself should go to disk instead (gm__goes_around), asked of each
    copy before it is given up, not only the first: that one may go for free
-   (the device holds it too) and the next be one used sooner than except. */
-static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except, int around) {
+   (the device holds it too) and the next be one used sooner than except.
+   With `started` (room for a prefetch, which never waits for the disk):
+   none where a write would be waited for; *started is set when one is
+   under way (or starts now, behind), whose end gives the room. */
+static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, const gm__tensor* except, int around,
+                                int* started) {
     gm__block* b;
     if (gm__host_need(ctx, bytes) > ctx->desc.host_budget) return NULL;
     while ((b = gm__host_alloc(ctx, tm, bytes)) == NULL) {
@@ -10387,12 +10395,23 @@ static gm__block* gm__host_room(gm_context* ctx, gm__tier* tm, size_t bytes, con
         if (ctx->disk && (!v || (!GM__HOLDS(v) && !v->disk_valid))) { /* none goes without a write: a write under
                                                                           way ends soonest, wait for it */
             gm__tensor* w = gm__write_soonest(ctx, tm);
+            if (w && started) {
+                *started = 1;
+                return NULL;
+            }
             if (w) {
                 (void)gm__io_wait(ctx, tm, w);
                 continue;
             }
         }
         if (!v) break;
+        if (!GM__HOLDS(v) && !v->disk_valid && started) {
+            if (gm__disk_behind(ctx, tm, v) == GM_OK) {
+                tm->st.host_demotions++;
+                *started = 1;
+            }
+            return NULL;
+        }
         if (!GM__HOLDS(v) && !v->disk_valid) {
             if (gm__to_disk(ctx, tm, v, 0) != GM_OK) break;
             tm->st.host_demotions++;
@@ -10523,18 +10542,28 @@ static int gm__read_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, uint64_t
    disk. The device copy is dropped only when the copy below is certain to
    follow. Any failure leaves the tensor on the device. nowait (room for a
    prefetch): GM_NOT_READY where x would be written to disk and waited
-   for; its write starts, and the room comes once it ended. */
+   for; its write starts, and the room comes once it ended. With nowait 2
+   (gm_tensor_prefetch) the same where a host copy making room for x would
+   be written and waited for, or a disk job under way would be (x's own,
+   or one whose end frees host room). Learned
+   order's prefetches (1) wait for those: they then land in time, where
+   giving up left the acquire to bring the tensor in itself, later
+   (bench/spill's transformer learned+disk 2x, modelled disk: 401-477 ms a
+   step waiting, 451-565 not). */
 static gm_result gm__evict_at(gm_context* ctx, gm__tier* tm, gm__tensor* x, int nowait) {
     gm_result r;
-    int clean;
+    int clean, started = 0;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
+    if (nowait > 1 && x->job && (x->job->kind == GM__J_WRITE_DEV || x->job->kind == GM__J_READ_DEV))
+        return GM_NOT_READY; /* the room comes once its job ends */
     gm__dev_settle(ctx, tm, x); /* a write behind ends soonest; a read ahead first lands */
     if (!x->dev) return GM_OK; /* its read ahead failed: it is on disk, its room given back */
     clean = x->host_valid || x->disk_valid;
     if (!clean && x->blank) { /* never written: room below is its copy, and nothing moves */
         gm__block* hb = x->host ? x->host : gm__host_alloc(ctx, tm, x->bytes);
         gm__block* e = hb || !ctx->disk ? NULL : gm__disk_alloc(ctx, (gm__disk*)ctx->disk, x->bytes);
-        if (!hb && !e) hb = gm__host_room(ctx, tm, x->bytes, x, 0);
+        if (!hb && !e) hb = gm__host_room(ctx, tm, x->bytes, x, 0, nowait > 1 ? &started : NULL);
+        if (!hb && !e && started) return GM_NOT_READY; /* the room comes once that write ends */
         if (!hb && !e) {
             char note[96];
             if (gm__quiet(&tm->below_log, &tm->below_held, note, sizeof note))
@@ -10553,7 +10582,10 @@ static gm_result gm__evict_at(gm_context* ctx, gm__tier* tm, gm__tensor* x, int 
         /* learned order: a tensor Belady's order sends to disk takes only free host room
            (else it goes straight to disk), never room other copies would have to leave */
         int away = ctx->disk && GM__PLANNED(tm) && gm__leaves(tm, (uint32_t)(x - tm->t));
-        if (fresh) x->host = away ? gm__host_alloc(ctx, tm, x->bytes) : gm__host_room(ctx, tm, x->bytes, x, 1);
+        if (fresh)
+            x->host = away ? gm__host_alloc(ctx, tm, x->bytes)
+                           : gm__host_room(ctx, tm, x->bytes, x, 1, nowait > 1 ? &started : NULL);
+        if (!x->host && started) return GM_NOT_READY; /* the room comes once that write ends */
         if (x->host) {
             r = gm__copy_out(ctx, tm, x);
             if (r != GM_OK) {
@@ -10860,7 +10892,7 @@ static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int* started) {
         gm__tensor* v = gm__victim(ctx, tm, clean_only, NULL);
         gm_result r;
         if (!v) return 0;
-        if ((r = gm__evict_at(ctx, tm, v, started != NULL)) == GM_OK) return v->bytes;
+        if ((r = gm__evict_at(ctx, tm, v, !started ? 0 : tm->asked_prefetch ? 2 : 1)) == GM_OK) return v->bytes;
         if (r == GM_NOT_READY) {
             *started = 1;
             return 0;
@@ -11159,7 +11191,7 @@ weighed:
         gm__unlock(ctx);
         for (k = 0; go && k < n; k++) {
             gm__tensor* t = &tm->t[go[k]];
-            if (gm__evict_one(ctx, tm, t) == GM_OK) {
+            if (gm__evict_at(ctx, tm, t, tm->asked_prefetch ? 2 : 0) == GM_OK) { /* not ready: no progress */
                 tm->try_evicted += t->bytes;
                 *progress = 1;
             }
@@ -12761,7 +12793,7 @@ GPUMEM_API gm_result gm_tensor_create(gm_context* ctx, gm_tensor* out, size_t by
     if (r == GM_OK) {
         x->ready_seq = (uint32_t)gm__tk_mark(ctx, tm, GM__TK_IN); /* users wait for `in` to own the memory */
     } else if (r == GM_ERR_OUT_OF_MEMORY) {
-        x->host = gm__host_room(ctx, tm, bytes, x, 0);
+        x->host = gm__host_room(ctx, tm, bytes, x, 0, NULL);
         if (x->host) {
             x->host_valid = 1;
             r = GM_OK;
@@ -13189,8 +13221,10 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
     }
     if (!x->dev && !x->managed) {
         x->acquired++; /* not a victim of the room it needs */
+        tm->asked_prefetch = 1; /* no wait for the disk at all */
         r = gm__bring_in(ctx, tm, x, s, 1, 0);
-        if (r == GM_NOT_READY) r = GM_OK; /* a victim's write to disk started: the room comes once it ends */
+        tm->asked_prefetch = 0;
+        if (r == GM_NOT_READY) r = GM_OK; /* a write to disk started, or is under way: the room comes once it ends */
         x->acquired--;
         gm__host_note(tm, x); /* it may be given up again */
         if (r == GM_OK && x->dev) {

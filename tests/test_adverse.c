@@ -17,7 +17,10 @@
    - io_uring_submit failing once: the request it left in the ring is
      never run against a slot that went on to other I/O;
    - a file system without O_TMPFILE that refuses O_DIRECT (open and fcntl
-     defined here too): nothing is left in the directory.
+     defined here too): nothing is left in the directory;
+   - a disk that holds every write until the case lets it go: a prefetch
+     whose room needs a host copy written to disk first starts that write
+     and returns, without waiting for it.
    Every tensor's bytes are checked after each case, with gm_check. */
 #define _GNU_SOURCE
 #include "gm_tier_test.h"
@@ -36,6 +39,8 @@ static int atk_again; /* the next this many pwrite and pread calls fail with EAG
 static uint64_t atk_busy_ns;    /* and every one for this long (ns) from the first one it meets */
 static uint64_t atk_busy_until; /* (that first one's time plus atk_busy_ns, CLOCK_MONOTONIC) */
 static long n_write, n_read;
+static int atk_hold;   /* while set, pwrite waits before it writes (a disk that takes its time) */
+static long n_held;    /* pwrite calls that waited so */
 
 static void* real_fn(const char* name) {
     void* f = dlsym(RTLD_NEXT, name);
@@ -85,6 +90,10 @@ ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
         __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
     }
     __atomic_add_fetch(&n_write, 1, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&atk_hold, __ATOMIC_ACQUIRE)) {
+        __atomic_add_fetch(&n_held, 1, __ATOMIC_RELAXED);
+        while (__atomic_load_n(&atk_hold, __ATOMIC_ACQUIRE)) usleep(200);
+    }
     if (refused()) return -1;
     return attacked(atk_write, fn(fd, buf, n, off), n);
 }
@@ -459,6 +468,68 @@ static void test_no_tmpfile_no_direct(void) {
     T_EQ(dir_entries(), 0);
 }
 
+/* A watchdog for the case below: it lets held writes go after 20 s, so a
+   call that waits for one ends (and the case fails) instead of hanging. */
+static int hold_done, hold_broke;
+static void* hold_watch(void* a) {
+    int k;
+    (void)a;
+    for (k = 0; k < 20000 && !__atomic_load_n(&hold_done, __ATOMIC_ACQUIRE); k++) usleep(1000);
+    if (!__atomic_load_n(&hold_done, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&hold_broke, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&atk_hold, 0, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* A prefetch never waits for the disk. The device holds four written
+   tensors and the host tier two more (their only copies), and the disk
+   holds every write until the case lets it go. Prefetching a tensor of
+   the host tier needs a device victim to go to the host tier, whose room
+   comes only once the other host copy was written to disk. Before, the
+   prefetch started that write and waited for it (for good, with this
+   disk); now it starts it and returns, the tensor where it was, and an
+   acquire after the disk let go finds every byte. */
+static void test_prefetch_no_wait(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm_tensor t[6];
+    pthread_t wd;
+    const size_t n = 4 * MiB;
+    int k, on_host = 0;
+    d.device_budget = 16 * MiB;
+    d.host_budget = 8 * MiB;
+    d.disk_dir = dir;
+    d.disk_io = GM_DISK_IO_PREAD;
+    ctx = t_setup(d);
+    if (!ctx) return;
+    hold_done = hold_broke = 0;
+    n_held = 0;
+    __atomic_store_n(&atk_hold, 1, __ATOMIC_RELEASE);
+    pthread_create(&wd, NULL, hold_watch, NULL);
+    for (k = 0; k < 6; k++) {
+        T_OK(gm_tensor_create(ctx, &t[k], n));
+        fill(ctx, t[k], n, 80u + (unsigned)k, NULL);
+    }
+    for (k = 0; k < 6; k++) on_host += where(ctx, t[k]) == GM_TIER_HOST;
+    T_EQ(on_host, 2);
+    T_EQ(where(ctx, t[0]), GM_TIER_HOST);
+    T_OK(gm_tensor_prefetch(ctx, t[0], NULL));
+    T_EQ(__atomic_load_n(&hold_broke, __ATOMIC_ACQUIRE), 0); /* it returned while the writes were held */
+    T_EQ(where(ctx, t[0]), GM_TIER_HOST);
+    for (k = 0; k < 10000 && !__atomic_load_n(&n_held, __ATOMIC_RELAXED); k++) usleep(1000);
+    T_CHECK(__atomic_load_n(&n_held, __ATOMIC_RELAXED) > 0); /* it started the write its room needs */
+    T_EQ(gm_check(ctx), 0);
+    __atomic_store_n(&hold_done, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&atk_hold, 0, __ATOMIC_RELEASE);
+    pthread_join(wd, NULL);
+    for (k = 0; k < 6; k++) verify(ctx, t[k], n, 80u + (unsigned)k, NULL);
+    T_EQ(errors_now(ctx), 0);
+    T_EQ(gm_check(ctx), 0);
+    for (k = 0; k < 6; k++) T_OK(gm_tensor_destroy(ctx, t[k]));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     const char* base = getenv("GM_TEST_DISK_DIR");
     (void)t_walk; /* the shared walk is for the other suites */
@@ -476,6 +547,7 @@ int main(void) {
     test_busy_disk();
     test_submit_fails();
     test_no_tmpfile_no_direct();
+    test_prefetch_no_wait();
     rmdir(dir);
     return t_done();
 }
