@@ -174,7 +174,7 @@ static int t_host_choices(gm_context* ctx) {
     int q, bad = 0;
     uint64_t after;
     if (!tm) return 0;
-    pthread_mutex_lock(&tm->mu);
+    gm__rmu_lock(&tm->mu);
     for (after = 0; after <= (GM__PLANNED(tm) ? 4u : 0u); after += 2)
         for (q = 0; q < 3; q++) {
             gm__tensor* h = gm__hh_pick(tm, NULL, lo[q], hi[q], after);
@@ -183,7 +183,7 @@ static int t_host_choices(gm_context* ctx) {
                 printf("host victims of class %d-%d (after %llu): the heaps chose slot %ld, a walk slot %ld\n", lo[q], hi[q],
                        (unsigned long long)after, h ? (long)(h - tm->t) : -1L, w ? (long)(w - tm->t) : -1L);
         }
-    pthread_mutex_unlock(&tm->mu);
+    gm__rmu_unlock(&tm->mu);
     return bad;
 }
 

@@ -1018,7 +1018,7 @@ static void test_plan_dep(void) {
         gm__tier* tm;
         t_plan_step(ctx, t, L, k, &rs);
         tm = gm__tier_of(ctx);
-        pthread_mutex_lock(&tm->mu);
+        gm__rmu_lock(&tm->mu);
         if (T_CHECK(tm->leaves != NULL && tm->dep != NULL)) {
             uint32_t n = tm->nplan, p, tt, u, at;
             uint32_t* g0 = (uint32_t*)malloc(n * sizeof *g0);
@@ -1040,7 +1040,7 @@ static void test_plan_dep(void) {
             plans++;
             free(g0), free(g1);
         }
-        pthread_mutex_unlock(&tm->mu);
+        gm__rmu_unlock(&tm->mu);
         T_EQ(gm_check(ctx), 0);
     }
     printf("the plan's moves to the host tier against a scan: %d plans, %d moves, %d differ\n", plans, moves, differ);
@@ -1313,9 +1313,9 @@ static void test_detached_block(void) {
     gm_device_synchronize(ctx);
     T_OK(gm_tensor_evict(ctx, a)); /* its copy out: 5 ms on `out` */
     tm = gm__tier_of(ctx);
-    pthread_mutex_lock(&tm->mu);
+    gm__rmu_lock(&tm->mu);
     T_OK(gm__disk_behind(ctx, tm, &tm->t[(a.id & 0xfffffu) - 1])); /* gated on that copy */
-    pthread_mutex_unlock(&tm->mu);
+    gm__rmu_unlock(&tm->mu);
     T_OK(gm_tensor_acquire(ctx, c, NULL, &pc)); /* 21 ms on `in` */
     T_OK(gm_tensor_acquire(ctx, a, NULL, &pa)); /* behind it: a's host block is read at about 21 ms */
     T_OK(run(ctx, NULL, pa, 512 * KiB, 1, 0));

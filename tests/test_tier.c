@@ -564,7 +564,7 @@ static void test_learned_victims(long steps) {
             memmove(order, order + 1, (L - 1) * sizeof *order);
             order[L - 1] = x;
         }
-        pthread_mutex_lock(&tm->mu);
+        gm__rmu_lock(&tm->mu);
         want = walk_victim(tm, &want_nu);
         got = gm__victim(ctx, tm, 0, NULL);
         got_nu = got && GM__PLANNED(tm) ? gm__next_use(tm, (uint32_t)(got - tm->t)) : 0;
@@ -572,7 +572,7 @@ static void test_learned_victims(long steps) {
         compared++;
         if (want != got || (want && (want->priority != got->priority || want_nu != got_nu)))
             mismatched++; /* the same tensor: ties (never used again) go by LRU place in both */
-        pthread_mutex_unlock(&tm->mu);
+        gm__rmu_unlock(&tm->mu);
         if (gm_check(ctx) != 0) { /* logged; the first is enough */
             T_EQ(gm_check(ctx), 0);
             break;
@@ -659,7 +659,7 @@ static void test_belady_heap(void) {
     for (k = 0; k < STEPS; k++) {
         t_plan_step(ctx, t, L, k, &seed);
         tm = gm__tier_of(ctx);
-        pthread_mutex_lock(&tm->mu);
+        gm__rmu_lock(&tm->mu);
         if (T_CHECK(tm->leaves != NULL)) {
             uint8_t* want = (uint8_t*)malloc(tm->nplan);
             uint32_t u;
@@ -671,7 +671,7 @@ static void test_belady_heap(void) {
             verdicts += (int)tm->nplan;
             free(want);
         }
-        pthread_mutex_unlock(&tm->mu);
+        gm__rmu_unlock(&tm->mu);
         T_EQ(gm_check(ctx), 0);
     }
     printf("Belady's order on a heap against a scan: %d verdicts (%d leave), %d differ\n", verdicts, leave, differ);
@@ -713,7 +713,7 @@ static void test_mark_wrap(void) {
     }
     gm_device_synchronize(ctx);
     tm = gm__tier_of(ctx);
-    pthread_mutex_lock(&tm->mu);
+    gm__rmu_lock(&tm->mu);
     { /* the number with low bits 0 is passed over */
         uint64_t a, b;
         gm__tk_poll(ctx, tm, GM__TK_IN);
@@ -733,7 +733,7 @@ static void test_mark_wrap(void) {
         T_EQ(tm->tk[ti].n, 0);
         tm->tk[ti].seq = 0xffffffffull - 6 - ti;
     }
-    pthread_mutex_unlock(&tm->mu);
+    gm__rmu_unlock(&tm->mu);
     T_EQ(gm_check(ctx), 0);
     for (round = 0; round < 12; round++)
         for (i = 0; i < N; i++) { /* read on one stream, written on the other: evictions both ways */
