@@ -5783,8 +5783,10 @@ static GM__HOT int gm__tc_alloc(gm_context* ctx, gm__tcache* tc, void** out, siz
     *out = (void*)b->addr; /* the line of its word, which is written next */
     GM__ST(tc->cached, tc->cached - rsize); /* others read it to see whether any cache holds blocks */
     w = GM__LD(b->tcw) - GM__TC_FREE + GM__TC_LIVE; /* FREE: only its owner or a stealer (frozen) moves it */
-    GM__ST(b->tcw, w); /* its table entry stayed */
     b->requested = size; /* the cache's: nobody else writes it while it is LIVE */
+    /* its table entry stayed; released: a double free of its last life through the lock on another thread
+       (tc_cas set, its compare-and-swap acquiring) reads requested, written before */
+    __atomic_store_n(&b->tcw, w, __ATOMIC_RELEASE);
     gm__tc_count(ctx, tc, 0, rsize > GM__TC_MAX, (int64_t)rsize, (int64_t)size);
     return 1;
 }
@@ -5885,6 +5887,8 @@ static void gm__tc_give_own(gm_context* ctx, gm__tcache* tc) {
    mu): half of that bin, or when the cache is full, every bin. */
 static void gm__tc_make_room(gm_context* ctx, gm__tcache* tc, const void* ptr) {
     gm__tclive* e = gm__tc_find(tc, (uintptr_t)ptr);
+    if (gm__tc_handed(e) && e->b->size > tc->cap) return; /* no room takes it (the cap fell since its adoption):
+                                                              the lock frees it, the bins stay */
     if (gm__tc_handed(e)) {
         gm__tcbin* bin = &tc->bins[e->bin];
         if (bin->n == GM__TC_DEPTH && tc->cached + e->b->size <= tc->cap) {
@@ -5966,7 +5970,7 @@ static int gm__tc_leave_block(gm_context* ctx, gm__block* b) {
 static void gm__tc_adopt(gm_context* ctx, gm__tcache* tc, gm__block* b, size_t rsize, gm_stream stream) {
     gm__tclive n;
     int k;
-    if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize / GM__ROUND > UINT32_MAX ||
+    if (!tc || b->size != rsize || rsize > ctx->tc_max || rsize > tc->cap || rsize / GM__ROUND > UINT32_MAX ||
         b->seg->arena != &ctx->pool[gm__pool_of(rsize)] || !gm__tc_room(tc))
         return;
     if (rsize > GM__TC_MAX && !tc->big) { /* counts go per pool from now on; so far all were the small pool's */

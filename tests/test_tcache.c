@@ -1101,6 +1101,45 @@ static void test_widen(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* A block over the cache's cap (with a small budget the cap, 1/64 of it,
+   is under the 1 MiB the caches serve) is not adopted, and its free leaves
+   the bins as they were; so is one adopted before the cap fell (a lower
+   budget). Before, each free of such a block gave back every bin of the
+   cache, looking for room it could never have, and took the lock twice. */
+static void test_over_cap(void) {
+    gm_desc d = t_desc();
+    gm_context* ctx;
+    gm__tcache* tc;
+    void *s[4], *big;
+    size_t cached;
+    int i, pass;
+    for (pass = 0; pass < 2; pass++) {
+        d.device_budget = pass ? 256 * MiB : 32 * MiB;
+        d.thread_cache = GM_TOGGLE_ON;
+        ctx = t_setup(d);
+        T_OK(gm_alloc(ctx, &big, MiB, NULL)); /* pass 1: adopted under a cap of 4 MiB, freed under 512 KiB */
+        tc = gm__tc_get(ctx, 0);
+        if (!T_CHECK(tc != NULL)) return;
+        T_EQ(gm__tc_handed(gm__tc_find(tc, (uintptr_t)big)), pass); /* pass 0: not adopted */
+        if (pass) T_OK(gm_set_budget(ctx, 32 * MiB));
+        T_CHECK(tc->cap < MiB);
+        for (i = 0; i < 4; i++) T_OK(gm_alloc(ctx, &s[i], 4096, NULL));
+        for (i = 0; i < 4; i++) T_OK(gm_free(ctx, s[i]));
+        cached = tc->cached;
+        T_EQ(cached, 4 * 4096);
+        T_OK(gm_free(ctx, big));
+        T_EQ(tc->cached, cached); /* the bins stay */
+        T_EQ(gm_free(ctx, big), GM_ERR_DOUBLE_FREE);
+        T_EQ(gm_check(ctx), 0);
+        {
+            gm_stats st;
+            T_OK(gm_get_stats(ctx, &st));
+            T_EQ(st.allocated_bytes[GM_STAT_ALL].current, 0);
+        }
+        T_OK(gm_shutdown(ctx));
+    }
+}
+
 int main(void) {
     test_reuse();
     test_peak();
@@ -1123,5 +1162,6 @@ int main(void) {
     test_producer_consumer();
     test_locked_changes_fold();
     test_widen();
+    test_over_cap();
     return t_done();
 }
