@@ -2032,9 +2032,15 @@ struct gm__sim_stream {
     gm__sim_stream* next;
 };
 
+/* An event: the stream and the count of its ops it was recorded after.
+   Read without a lock (a sync or a query may meet a record of the same
+   event on another thread: the allocator lets go of its lock to wait for
+   events another thread may record again meanwhile, as CUDA allows), so
+   the pair is a sequence lock: ver odd while a record writes it. */
 typedef struct gm__sim_event {
     gm__sim_stream* s;
     uint64_t seq;
+    uint32_t ver;
 } gm__sim_event;
 
 /* One 2 MiB chunk of a managed mapping (the last may be shorter). */
@@ -2866,41 +2872,62 @@ static gm_result gm__sim_event_destroy(gm_context* ctx, void* ev) {
 static gm_result gm__sim_event_record(gm_context* ctx, void* ev, gm_stream st) {
     gm__sim_event* e = (gm__sim_event*)ev;
     gm__sim_stream* s = gm__sim_get(ctx, st);
+    uint32_t v;
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
     pthread_mutex_lock(&s->mu);
-    e->s = s;
-    e->seq = s->submitted;
+    v = __atomic_load_n(&e->ver, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->ver, v + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->s, s, __ATOMIC_RELEASE); /* a reader that sees either sees ver moved past v */
+    __atomic_store_n(&e->seq, s->submitted, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->ver, v + 2, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->mu);
     return GM_OK;
 }
 
+/* The stream and count an event was last recorded with, whole. */
+static gm__sim_stream* gm__sim_event_at(const gm__sim_event* e, uint64_t* seq) {
+    for (;;) {
+        uint32_t v = __atomic_load_n(&e->ver, __ATOMIC_ACQUIRE);
+        gm__sim_stream* s = __atomic_load_n(&e->s, __ATOMIC_ACQUIRE);
+        *seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+        if (!(v & 1) && __atomic_load_n(&e->ver, __ATOMIC_RELAXED) == v) return s;
+        sched_yield();
+    }
+}
+
 static gm_result gm__sim_event_query(gm_context* ctx, void* ev) {
-    gm__sim_event* e = (gm__sim_event*)ev;
+    uint64_t seq;
+    gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
     int done;
     (void)ctx;
-    if (!e->s) return GM_OK;
-    pthread_mutex_lock(&e->s->mu);
-    done = e->s->completed >= e->seq;
-    pthread_mutex_unlock(&e->s->mu);
+    if (!s) return GM_OK;
+    pthread_mutex_lock(&s->mu);
+    done = s->completed >= seq;
+    pthread_mutex_unlock(&s->mu);
     return done ? GM_OK : GM_NOT_READY;
 }
 
 static gm_result gm__sim_event_sync(gm_context* ctx, void* ev) {
-    gm__sim_event* e = (gm__sim_event*)ev;
+    uint64_t seq;
+    gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
     (void)ctx;
-    if (e->s) gm__sim_wait(e->s, e->seq);
+    if (s) gm__sim_wait(s, seq);
     return GM_OK;
 }
-
 static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* ev) {
-    gm__sim_event* e = (gm__sim_event*)ev;
+    uint64_t seq;
+    gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
     gm__sim_op op;
-    if (!e->s) return GM_OK;
-    if (gm__sim_event_query(ctx, ev) == GM_OK && gm__sim_get(ctx, st)) return GM_OK; /* nothing to wait for */
+    int done;
+    if (!s) return GM_OK;
+    pthread_mutex_lock(&s->mu);
+    done = s->completed >= seq;
+    pthread_mutex_unlock(&s->mu);
+    if (done && gm__sim_get(ctx, st)) return GM_OK; /* nothing to wait for */
     memset(&op, 0, sizeof op);
     op.kind = GM__SIM_WAIT;
-    op.ws = e->s;
-    op.wseq = e->seq;
+    op.ws = s;
+    op.wseq = seq;
     return gm__sim_enqueue(ctx, st, &op);
 }
 
