@@ -645,6 +645,76 @@ static void test_wait_while_retiring(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* An event recorded again on another thread while it is waited for (the
+   allocator lets go of its lock to wait for events another thread may
+   record again meanwhile): a wait reads the stream and the count of one
+   record, never one's stream with another's count. Stream a has done one
+   op, b thousands: before, a sync could read a with b's count and wait
+   for good (here a watchdog then pushes a past it and the case fails),
+   and a query could lock one stream and unlock the other. */
+typedef struct rerecord_arg {
+    gm_context* ctx;
+    void* ev;
+    gm_stream a, b;
+    int stop, torn;
+} rerecord_arg;
+static void nop_fn(void* a) { (void)a; }
+static void* rerecord_fn(void* p) {
+    rerecord_arg* r = (rerecord_arg*)p;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        r->ctx->be->event_record(r->ctx, r->ev, r->a);
+        r->ctx->be->event_record(r->ctx, r->ev, r->b);
+    }
+    return NULL;
+}
+static void* rerecord_watch(void* p) {
+    rerecord_arg* r = (rerecord_arg*)p;
+    int k;
+    for (k = 0; k < 20000 && !__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE); k++) usleep(1000);
+    if (__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) return NULL;
+    __atomic_store_n(&r->torn, 1, __ATOMIC_RELEASE); /* a sync is stuck: let it go, until the case stops */
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        for (k = 0; k < 4000; k++) r->ctx->be->launch_host(r->ctx, r->a, nop_fn, NULL);
+        usleep(10000);
+    }
+    return NULL;
+}
+static void test_record_while_waited(void) {
+    gm_context* ctx;
+    rerecord_arg r;
+    pthread_t th, wd;
+    int i;
+    if (!t_sim) return;
+    ctx = t_setup(t_desc());
+    memset(&r, 0, sizeof r);
+    r.ctx = ctx;
+    T_OK(ctx->be->stream_create(ctx, &r.a));
+    T_OK(ctx->be->stream_create(ctx, &r.b));
+    T_OK(ctx->be->launch_host(ctx, r.a, nop_fn, NULL));
+    for (i = 0; i < 3000; i++) T_OK(ctx->be->launch_host(ctx, r.b, nop_fn, NULL));
+    T_OK(ctx->be->stream_sync(ctx, r.a));
+    T_OK(ctx->be->stream_sync(ctx, r.b));
+    T_OK(ctx->be->event_create(ctx, &r.ev));
+    T_OK(ctx->be->event_record(ctx, r.ev, r.a));
+    T_CHECK(pthread_create(&th, NULL, rerecord_fn, &r) == 0);
+    T_CHECK(pthread_create(&wd, NULL, rerecord_watch, &r) == 0);
+    for (i = 0; i < 200000 && !__atomic_load_n(&r.torn, __ATOMIC_ACQUIRE); i++) {
+        if (ctx->be->event_sync(ctx, r.ev) != GM_OK) break;
+    }
+    T_EQ(i, 200000);
+    /* a query reads one record whole too: before, it could lock one stream and unlock another (a
+       deadlock, or under ThreadSanitizer its report) */
+    for (i = 0; i < 200000 && !__atomic_load_n(&r.torn, __ATOMIC_ACQUIRE); i++) (void)ctx->be->event_query(ctx, r.ev);
+    __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    pthread_join(wd, NULL);
+    T_EQ(__atomic_load_n(&r.torn, __ATOMIC_ACQUIRE), 0);
+    T_OK(ctx->be->event_destroy(ctx, r.ev));
+    T_OK(ctx->be->stream_destroy(ctx, r.a));
+    T_OK(ctx->be->stream_destroy(ctx, r.b));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_backend_choice();
     test_async_and_ordered();
@@ -657,5 +727,6 @@ int main(void) {
     test_move_bytes_off();
     test_handoff_race();
     test_wait_while_retiring();
+    test_record_while_waited();
     return t_done();
 }
