@@ -6105,6 +6105,10 @@ static void gm__tc_destroy(gm__tcache* tc) {
 static void gm__tc_exit(void* v) {
     gm__tls* t = (gm__tls*)v;
     int i;
+#if GM__TC
+    gm__tls_serial = gm__tls_none = 0; /* first: a log callback run by gm__unlock below may call in again */
+    gm__tls_tc = NULL;
+#endif
     pthread_mutex_lock(&gm__tc_mu);
     for (i = 0; i < GM__TC_SLOTS; i++) {
         gm__tcache* tc = t->tc[i];
@@ -6118,10 +6122,6 @@ static void gm__tc_exit(void* v) {
         gm__tc_destroy(tc);
     }
     pthread_mutex_unlock(&gm__tc_mu);
-#if GM__TC
-    gm__tls_serial = gm__tls_none = 0;
-    gm__tls_tc = NULL;
-#endif
     GPUMEM_FREE(t);
 }
 
