@@ -1130,12 +1130,12 @@ GPUMEM_API gm_result gm_plan_get_stats(gm_context* ctx, gm_plan_stats* out);
    under a microsecond of work on sim), and a sleeper costs the holder a
    system call to wake it and itself a trip through the scheduler, several
    times the hold. Two threads acquiring and releasing tensors of their
-   own, each acquire a miss (bench/tier_scale), got 0.74-0.80x one thread's
+   own, each acquire a miss (bench/tier_scale), got 0.62-0.80x one thread's
    throughput with a plain mutex (glibc's adaptive spin was the same, and
    spinning without yielding slower still: the threads the sim runs copies
-   on lost their processor to it), and 0.92-0.97x yielding. owner is
-   written only by the holder; another thread reads it only to see that it
-   is not itself. */
+   on lost their processor to it), and 0.87-1.1x yielding (up to 256,000
+   tensors; 0.64x at a million). owner is written only by the holder;
+   another thread reads it only to see that it is not itself. */
 #define GM__RMU_YIELDS 256
 static __thread char gm__rmu_self;
 typedef struct gm__rmu {
@@ -2914,6 +2914,7 @@ static gm_result gm__sim_event_sync(gm_context* ctx, void* ev) {
     if (s) gm__sim_wait(s, seq);
     return GM_OK;
 }
+
 static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* ev) {
     uint64_t seq;
     gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
@@ -12068,11 +12069,11 @@ static gm_result gm__bring_in(gm_context* ctx, gm__tier* tm, gm__tensor* x, gm_s
     if (GM__BAD_CTX(ctx)) return GM_ERR_INVALID_ARGUMENT;                                   \
     tm = gm__tier_of(ctx);                                                                  \
     if (!tm) return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, "tier: no tensor was ever made"); \
-    gm__rmu_lock(&tm->mu);                                                            \
+    gm__rmu_lock(&tm->mu);                                                                  \
     gm__io_reap(ctx, tm);                                                                   \
     x = gm__tensor_get(ctx, h);                                                             \
     if (!x) {                                                                               \
-        gm__rmu_unlock(&tm->mu);                                                      \
+        gm__rmu_unlock(&tm->mu);                                                            \
         return GM__MISUSE(ctx, GM_ERR_STALE_HANDLE, (h).ctx_id != (ctx)->serial                \
                           ? "tier: tensor %#x is a handle of another context" : "tier: tensor %#x is not live", \
                           (h).id);                                                          \
