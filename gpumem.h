@@ -10631,7 +10631,7 @@ static int gm__read_ahead(gm_context* ctx, gm__tier* tm, gm__tensor* x, uint64_t
    order's prefetches (1) wait for those: they then land in time, where
    giving up left the acquire to bring the tensor in itself, later
    (bench/spill's transformer learned+disk 2x, modelled disk: 401-477 ms a
-   step waiting, 451-565 not). */
+   step waiting, 433-565 not). */
 static gm_result gm__evict_at(gm_context* ctx, gm__tier* tm, gm__tensor* x, int nowait) {
     gm_result r;
     int clean, started = 0;
