@@ -2036,7 +2036,8 @@ struct gm__sim_stream {
    Read without a lock (a sync or a query may meet a record of the same
    event on another thread: the allocator lets go of its lock to wait for
    events another thread may record again meanwhile, as CUDA allows), so
-   the pair is a sequence lock: ver odd while a record writes it. */
+   the pair is a sequence lock: ver odd while a record writes it (a record
+   claims it by compare-and-swap: two may run at once, on two streams). */
 typedef struct gm__sim_event {
     gm__sim_stream* s;
     uint64_t seq;
@@ -2875,8 +2876,11 @@ static gm_result gm__sim_event_record(gm_context* ctx, void* ev, gm_stream st) {
     uint32_t v;
     if (!s) return GM__MISUSE(ctx, GM_ERR_INVALID_STREAM, "sim: unknown or destroyed stream %p", (void*)st);
     pthread_mutex_lock(&s->mu);
-    v = __atomic_load_n(&e->ver, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->ver, v + 1, __ATOMIC_RELAXED);
+    for (;;) { /* records on two streams at once (CUDA allows them) take turns: one claims ver, even to odd */
+        v = __atomic_load_n(&e->ver, __ATOMIC_RELAXED);
+        if (!(v & 1) && __atomic_compare_exchange_n(&e->ver, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) break;
+        sched_yield();
+    }
     __atomic_store_n(&e->s, s, __ATOMIC_RELEASE); /* a reader that sees either sees ver moved past v */
     __atomic_store_n(&e->seq, s->submitted, __ATOMIC_RELEASE);
     __atomic_store_n(&e->ver, v + 2, __ATOMIC_RELEASE);
@@ -9322,6 +9326,7 @@ typedef struct gm__tier {
     int64_t tune_t0;        /* disk bytes moved when the active phase began */
     uint64_t evict_after;   /* while prefetching: only victims used later */
     int asked_prefetch;     /* while gm_tensor_prefetch makes room: no wait for any disk write (gm__evict_at) */
+    int place_wait;         /* gm__place stopped for such a write (gm__dev_get then stops too) */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
@@ -11273,9 +11278,14 @@ weighed:
         gm__unlock(ctx);
         for (k = 0; go && k < n; k++) {
             gm__tensor* t = &tm->t[go[k]];
-            if (gm__evict_at(ctx, tm, t, tm->asked_prefetch ? 2 : 0) == GM_OK) { /* not ready: no progress */
+            gm_result e = gm__evict_at(ctx, tm, t, tm->asked_prefetch ? 2 : 0);
+            if (e == GM_OK) {
                 tm->try_evicted += t->bytes;
                 *progress = 1;
+            } else if (e == GM_NOT_READY) { /* gm_tensor_prefetch: a write the place needs started; no other
+                                               place is weighed (gm__dev_get stops), nor more tensors leave */
+                tm->place_wait = 1;
+                break;
             }
         }
         GPUMEM_FREE(go);
@@ -11614,6 +11624,11 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
         }
         if (r != GM_ERR_OUT_OF_MEMORY || how == GM__ROOM_FREE) break;
         if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
+        if (tm->place_wait) { /* the room comes once the write it started ends */
+            tm->place_wait = 0;
+            started = 1;
+            break;
+        }
         if (more) continue;
         /* free segments too small one by one may together make one (classic segments) */
         if (gm__regrow_room(ctx, x->bytes, !speculative)) continue;

@@ -715,6 +715,53 @@ static void test_record_while_waited(void) {
     T_OK(gm_shutdown(ctx));
 }
 
+/* Two threads record one event at once, on two streams (CUDA allows it):
+   each record claims the event's sequence lock whole. Before, both could
+   bump its version together: records were lost from the count, the
+   version could stay odd (every later query or sync of the event spun for
+   good), and a reader could take one record's stream with the other's
+   count. */
+typedef struct tworec_arg {
+    gm_context* ctx;
+    void* ev;
+    gm_stream s;
+    int* go;
+} tworec_arg;
+static void* tworec_fn(void* p) {
+    tworec_arg* a = (tworec_arg*)p;
+    int i;
+    while (!__atomic_load_n(a->go, __ATOMIC_ACQUIRE)) sched_yield();
+    for (i = 0; i < 20000; i++) a->ctx->be->event_record(a->ctx, a->ev, a->s);
+    return NULL;
+}
+static void test_two_recorders(void) {
+    gm_context* ctx;
+    tworec_arg x, y;
+    pthread_t t1, t2;
+    void* ev;
+    int go = 0;
+    if (!t_sim) return;
+    ctx = t_setup(t_desc());
+    T_OK(ctx->be->stream_create(ctx, &x.s));
+    T_OK(ctx->be->stream_create(ctx, &y.s));
+    T_OK(ctx->be->event_create(ctx, &ev));
+    x.ctx = y.ctx = ctx;
+    x.ev = y.ev = ev;
+    x.go = y.go = &go;
+    T_CHECK(pthread_create(&t1, NULL, tworec_fn, &x) == 0);
+    T_CHECK(pthread_create(&t2, NULL, tworec_fn, &y) == 0);
+    __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    T_EQ(__atomic_load_n(&((gm__sim_event*)ev)->ver, __ATOMIC_ACQUIRE), 2u * 40000u); /* each record whole, once */
+    T_OK(ctx->be->event_query(ctx, ev));
+    T_OK(ctx->be->event_sync(ctx, ev));
+    T_OK(ctx->be->event_destroy(ctx, ev));
+    T_OK(ctx->be->stream_destroy(ctx, x.s));
+    T_OK(ctx->be->stream_destroy(ctx, y.s));
+    T_OK(gm_shutdown(ctx));
+}
+
 int main(void) {
     test_backend_choice();
     test_async_and_ordered();
@@ -728,5 +775,6 @@ int main(void) {
     test_handoff_race();
     test_wait_while_retiring();
     test_record_while_waited();
+    test_two_recorders();
     return t_done();
 }
