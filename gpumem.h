@@ -2899,16 +2899,21 @@ static gm__sim_stream* gm__sim_event_at(const gm__sim_event* e, uint64_t* seq) {
     }
 }
 
-static gm_result gm__sim_event_query(gm_context* ctx, void* ev) {
-    uint64_t seq;
-    gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
+/* Whether an event's record (stream s, count seq; s NULL: never recorded) has passed. */
+static int gm__sim_passed(gm__sim_stream* s, uint64_t seq) {
     int done;
-    (void)ctx;
-    if (!s) return GM_OK;
+    if (!s) return 1;
     pthread_mutex_lock(&s->mu);
     done = s->completed >= seq;
     pthread_mutex_unlock(&s->mu);
-    return done ? GM_OK : GM_NOT_READY;
+    return done;
+}
+
+static gm_result gm__sim_event_query(gm_context* ctx, void* ev) {
+    uint64_t seq;
+    gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
+    (void)ctx;
+    return gm__sim_passed(s, seq) ? GM_OK : GM_NOT_READY;
 }
 
 static gm_result gm__sim_event_sync(gm_context* ctx, void* ev) {
@@ -2923,12 +2928,8 @@ static gm_result gm__sim_stream_wait_event(gm_context* ctx, gm_stream st, void* 
     uint64_t seq;
     gm__sim_stream* s = gm__sim_event_at((gm__sim_event*)ev, &seq);
     gm__sim_op op;
-    int done;
     if (!s) return GM_OK;
-    pthread_mutex_lock(&s->mu);
-    done = s->completed >= seq;
-    pthread_mutex_unlock(&s->mu);
-    if (done && gm__sim_get(ctx, st)) return GM_OK; /* nothing to wait for */
+    if (gm__sim_passed(s, seq) && gm__sim_get(ctx, st)) return GM_OK; /* nothing to wait for */
     memset(&op, 0, sizeof op);
     op.kind = GM__SIM_WAIT;
     op.ws = s;
@@ -9325,8 +9326,6 @@ typedef struct gm__tier {
     int closed;             /* the phase of the last step that ended, or -1 */
     int64_t tune_t0;        /* disk bytes moved when the active phase began */
     uint64_t evict_after;   /* while prefetching: only victims used later */
-    int asked_prefetch;     /* while gm_tensor_prefetch makes room: no wait for any disk write (gm__evict_at) */
-    int place_wait;         /* gm__place stopped for such a write (gm__dev_get then stops too) */
     int64_t step_evictions; /* evictions counted when the step began, and in the last step */
     int64_t last_step_evictions;
     uint64_t clock;         /* for stamps */
@@ -10047,9 +10046,12 @@ static gm_result gm__io_wait(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
 /* A disk job that holds x's device copy, a write behind reading it or a
    read ahead filling it, ends before anyone writes, moves or frees that
    copy: they wait here first (after a failed read the device copy is
-   gone, and x is on disk). */
+   gone, and x is on disk). gm__dev_job: whether x has such a job. */
+static int gm__dev_job(const gm__tensor* x) {
+    return x->job && (x->job->kind == GM__J_WRITE_DEV || x->job->kind == GM__J_READ_DEV);
+}
 static void gm__dev_settle(gm_context* ctx, gm__tier* tm, gm__tensor* x) {
-    if (x->job && (x->job->kind == GM__J_WRITE_DEV || x->job->kind == GM__J_READ_DEV)) (void)gm__io_wait(ctx, tm, x);
+    if (gm__dev_job(x)) (void)gm__io_wait(ctx, tm, x);
 }
 
 /* x lets go of its job's host block and extent (written, or destroyed):
@@ -10641,8 +10643,7 @@ static gm_result gm__evict_at(gm_context* ctx, gm__tier* tm, gm__tensor* x, int 
     gm_result r;
     int clean, started = 0;
     if (!x->dev || x->acquired) return GM_ERR_BAD_STATE;
-    if (nowait > 1 && x->job && (x->job->kind == GM__J_WRITE_DEV || x->job->kind == GM__J_READ_DEV))
-        return GM_NOT_READY; /* the room comes once its job ends */
+    if (nowait > 1 && gm__dev_job(x)) return GM_NOT_READY; /* the room comes once its job ends */
     gm__dev_settle(ctx, tm, x); /* a write behind ends soonest; a read ahead first lands */
     if (!x->dev) return GM_OK; /* its read ahead failed: it is on disk, its room given back */
     clean = x->host_valid || x->disk_valid;
@@ -10968,18 +10969,18 @@ static gm__tensor* gm__victim(gm_context* ctx, gm__tier* tm, int clean_only, con
 
 /* One victim goes: the policy's choice; if it cannot (no room below, its
    write failed), the best one that needs no copy. Returns its bytes, or 0.
-   With `started` (room for a prefetch): 0 and *started set where the
-   victim would be written to disk and waited for on the host (gm__evict_at
-   starts its write): the acquire that asked would launch its work late,
+   With nowait (room for a prefetch, gm__evict_at's levels): 0 and
+   *started set where the victim would be written to disk and waited for
+   on the host (gm__evict_at starts its write): the acquire that asked would launch its work late,
    while the device may have nothing else to do; a later acquire takes the
    room (waiting for the write if it is still under way). */
-static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int* started) {
+static size_t gm__evict_some(gm_context* ctx, gm__tier* tm, int nowait, int* started) {
     int clean_only;
     for (clean_only = 0; clean_only < 2; clean_only++) {
         gm__tensor* v = gm__victim(ctx, tm, clean_only, NULL);
         gm_result r;
         if (!v) return 0;
-        if ((r = gm__evict_at(ctx, tm, v, !started ? 0 : tm->asked_prefetch ? 2 : 1)) == GM_OK) return v->bytes;
+        if ((r = gm__evict_at(ctx, tm, v, nowait)) == GM_OK) return v->bytes;
         if (r == GM_NOT_READY) {
             *started = 1;
             return 0;
@@ -10996,7 +10997,7 @@ static size_t gm__tier_evict(gm_context* ctx, size_t bytes, void* tier) {
     gm__tier* tm = (gm__tier*)tier;
     size_t freed = 0;
     gm__rmu_lock(&tm->mu);
-    if (bytes) freed = gm__evict_some(ctx, tm, NULL);
+    if (bytes) freed = gm__evict_some(ctx, tm, 0, NULL);
     gm__rmu_unlock(&tm->mu);
     return freed;
 }
@@ -11219,7 +11220,9 @@ static int gm__seg_listed(const gm_context* ctx, const gm__seg* seg) {
 
 /* Places x: a free place, else (with `evict`) the best place whose
    tensors leave first. GM_OK with x->dev set; GM_ERR_OUT_OF_MEMORY when
-   there is no place; *progress: tensors left (ask again). */
+   there is no place; *progress: tensors left (ask again). evict 2
+   (gm_tensor_prefetch): they leave without waiting for the disk
+   (gm__evict_at's nowait 2), GM_NOT_READY where one would. */
 static gm_result gm__place(gm_context* ctx, gm__tier* tm, gm__tensor* x, int evict, int* progress) {
     size_t rsize = gm__round_req(x->bytes), spare = 0, p;
     int pl = gm__pool_of(rsize), found = 0, q;
@@ -11278,13 +11281,12 @@ weighed:
         gm__unlock(ctx);
         for (k = 0; go && k < n; k++) {
             gm__tensor* t = &tm->t[go[k]];
-            gm_result e = gm__evict_at(ctx, tm, t, tm->asked_prefetch ? 2 : 0);
+            gm_result e = gm__evict_at(ctx, tm, t, evict > 1 ? 2 : 0);
             if (e == GM_OK) {
                 tm->try_evicted += t->bytes;
                 *progress = 1;
-            } else if (e == GM_NOT_READY) { /* gm_tensor_prefetch: a write the place needs started; no other
-                                               place is weighed (gm__dev_get stops), nor more tensors leave */
-                tm->place_wait = 1;
+            } else if (e == GM_NOT_READY) { /* a write the place needs started: no more tensors leave */
+                r = e;
                 break;
             }
         }
@@ -11604,11 +11606,13 @@ static void gm__dev_oom_log(gm_context* ctx, gm__tier* tm, const gm__tensor* x) 
    room (GM__ROOM_FREE): the first round starts at the eviction.
    GM_ERR_OUT_OF_MEMORY when none of it finds room; GM_NOT_READY (a
    speculative request) when a victim's write to disk started instead of
-   a wait for it (gm__evict_some), the room to come once it ends. */
+   a wait for it (gm__evict_some), the room to come once it ends.
+   speculative 1 is learned order's prefetch, 2 gm_tensor_prefetch's, which
+   waits for no disk write at all (gm__evict_at's nowait). */
 enum { GM__ROOM_ANY, GM__ROOM_FREE, GM__ROOM_EVICT };
 static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int speculative, int how) {
     uint32_t id = gm__handle_id(tm, x);
-    gm_result r = GM_ERR_OUT_OF_MEMORY;
+    gm_result r = GM_ERR_OUT_OF_MEMORY, pr = GM_ERR_OUT_OF_MEMORY;
     int more = 0, compacted = 0, looked = how == GM__ROOM_EVICT, started = 0;
     size_t got;
     unsigned grow = tm->exact ? GM__A_EXACT : GM__A_PACK; /* new segments sized for the budget */
@@ -11623,9 +11627,9 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
             r = gm__alloc(ctx, &x->dev, x->bytes, GM__IN(tm), GM__A_TRY | grow, GM__OWN_TENSOR, id); /* a new segment */
         }
         if (r != GM_ERR_OUT_OF_MEMORY || how == GM__ROOM_FREE) break;
-        if (ctx->va_gran && gm__place(ctx, tm, x, 1, &more) == GM_OK) return GM_OK; /* the tensors of one place leave */
-        if (tm->place_wait) { /* the room comes once the write it started ends */
-            tm->place_wait = 0;
+        if (ctx->va_gran && (pr = gm__place(ctx, tm, x, speculative > 1 ? 2 : 1, &more)) == GM_OK)
+            return GM_OK; /* the tensors of one place leave */
+        if (pr == GM_NOT_READY) { /* gm_tensor_prefetch: the room comes once the write it started ends */
             started = 1;
             break;
         }
@@ -11637,7 +11641,7 @@ static gm_result gm__dev_get(gm_context* ctx, gm__tier* tm, gm__tensor* x, int s
             compacted++;
             if (gm__compact(ctx, tm, x)) continue;
         }
-        if (!(got = gm__evict_some(ctx, tm, speculative ? &started : NULL))) break;
+        if (!(got = gm__evict_some(ctx, tm, speculative, &started))) break;
         tm->try_evicted += got;
     }
     if (r == GM_ERR_OUT_OF_MEMORY && started) r = GM_NOT_READY; /* the room comes once that write ends */
@@ -13314,9 +13318,7 @@ GPUMEM_API gm_result gm_tensor_prefetch(gm_context* ctx, gm_tensor h, gm_stream 
     }
     if (!x->dev && !x->managed) {
         x->acquired++; /* not a victim of the room it needs */
-        tm->asked_prefetch = 1; /* no wait for the disk at all */
-        r = gm__bring_in(ctx, tm, x, s, 1, 0);
-        tm->asked_prefetch = 0;
+        r = gm__bring_in(ctx, tm, x, s, 2, 0); /* 2: no wait for the disk at all */
         if (r == GM_NOT_READY) r = GM_OK; /* a write to disk started, or is under way: the room comes once it ends */
         x->acquired--;
         gm__host_note(tm, x); /* it may be given up again */
